@@ -1,0 +1,268 @@
+"""`Platform`: the local platform object that tests, benchmarks and
+`--rp_serve_api` hold. It owns the job store, the HTTP server thread, the
+job-timeout reaper thread and the webhook sender."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+from .faults import Faults
+from .server import PlatformHTTPServer
+from .state import FINAL_STATES, Event, JobRecord, JobStore
+
+log = logging.getLogger("slotworker.platform")
+
+WEBHOOK_ATTEMPTS = 3
+WEBHOOK_BACKOFF = 0.2  # seconds, doubled after each failed attempt
+
+
+class Platform:
+    """A local RunPod-style platform on loopback: worker side and client side
+    of PROTOCOL.md on one port.
+
+    Nothing happens until `start()` (or `with Platform(...) as p:`).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        endpoint: str = "local",
+        api_key: Optional[str] = None,
+        take_cost: float = 0.0,
+        long_poll: float = 1.0,
+        job_timeout: Optional[float] = None,
+        faults: Optional[Faults] = None,
+        max_body: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.endpoint = endpoint
+        self.api_key = api_key
+        self.take_cost = float(take_cost)
+        self.long_poll = float(long_poll)
+        self._job_timeout = job_timeout
+        #: Settable at runtime; None means no faults.
+        self.faults: Optional[Faults] = faults
+        self.max_body = int(max_body)
+        self._store = JobStore()
+        self._store.on_final(self._on_final)
+        self._server: Optional[PlatformHTTPServer] = None
+        self._threads: List[threading.Thread] = []
+        self._closed_event = threading.Event()
+        self._down_until = 0.0
+        self._lifecycle = threading.Lock()
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> "Platform":
+        """Bind and serve in background daemon threads. Idempotent."""
+        with self._lifecycle:
+            if self._closed:
+                raise RuntimeError("Platform is closed")
+            if self._started:
+                return self
+            self._server = PlatformHTTPServer((self.host, self.port), self)
+            self.port = self._server.server_address[1]
+            serve = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.1},
+                name=f"slotworker-platform-serve-{self.port}",
+                daemon=True,
+            )
+            reaper = threading.Thread(
+                target=self._reap_loop, name=f"slotworker-platform-reaper-{self.port}", daemon=True
+            )
+            self._threads = [serve, reaper]
+            for t in self._threads:
+                t.start()
+            self._started = True
+            return self
+
+    def close(self) -> None:
+        """Stop serving and wake every long poll. Idempotent."""
+        with self._lifecycle:
+            if self._closed:
+                return
+            self._closed = True
+            self._closed_event.set()
+            self._store.close()
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+                self._server.close_connections()
+            for t in self._threads:
+                t.join(timeout=5)
+
+    def __enter__(self) -> "Platform":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. "http://127.0.0.1:8000" (the real port once started)."""
+        host = self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    # ------------------------------------------------------------ worker env
+    def worker_env(self, worker_id: str = "w1", api_key: Optional[str] = None) -> Dict[str, str]:
+        """The environment a worker needs to run against this platform."""
+        base = f"{self.url}/v2/{self.endpoint}"
+        return {
+            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/$ID?gpu=local",
+            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/$RUNPOD_POD_ID/$ID?gpu=local",
+            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/$RUNPOD_POD_ID/$ID?gpu=local",
+            "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID?gpu=local",
+            "RUNPOD_POD_ID": worker_id,
+            "RUNPOD_AI_API_KEY": api_key or self.api_key or "local-key",
+        }
+
+    # ------------------------------------------------------------ jobs
+    def submit(self, input: Any, *, job_id: Optional[str] = None, webhook: Optional[str] = None, **extra: Any) -> str:
+        """Queue a job; returns its id (a uuid4 unless given). `extra` keys
+        go into the job object handed to the worker."""
+        return self._store.submit(input, job_id=job_id, webhook=webhook, extra=extra)
+
+    def submit_raw(self, obj: Any) -> None:
+        """Queue any JSON value as-is; takes hand it out, it is not tracked."""
+        self._store.submit_raw(obj)
+
+    def status(self, job_id: str) -> Dict[str, Any]:
+        """The status object of a job (KeyError when unknown)."""
+        return self._store.status(job_id)
+
+    def job(self, job_id: str) -> JobRecord:
+        """A snapshot of a job's record, with its monotonic timings."""
+        return self._store.snapshot(job_id)
+
+    def jobs(self) -> List[JobRecord]:
+        """Snapshots of every tracked job, in submission order."""
+        return self._store.snapshots()
+
+    def cancel(self, job_id: str) -> Dict[str, Any]:
+        """Cancel a job: queued ones at once; in-progress ones also get their
+        id sent on their worker's stop channel. Final jobs are left alone."""
+        return self._store.cancel(job_id)
+
+    def stop_jobs(self, ids: Iterable[str]) -> None:
+        """Deliver `ids` on the stop channel of the worker holding each (no state change)."""
+        self._store.stop_jobs(list(ids))
+
+    def purge_queue(self) -> int:
+        """Cancel every queued job; returns how many."""
+        with self._store.mutex:
+            queued = [j.id for j in self._store.snapshots() if j.status == "IN_QUEUE"]
+            for job_id in queued:
+                self._store.cancel(job_id)
+            return len(queued)
+
+    # ------------------------------------------------------------ observation
+    @property
+    def events(self) -> List[Event]:
+        """Every worker-side request so far, in arrival order (a copy)."""
+        return self._store.events()
+
+    def takes(self) -> List[Event]:
+        """Only the take and take-batch events."""
+        return [e for e in self._store.events() if e.kind in ("take", "take_batch")]
+
+    def counts(self) -> Dict[str, int]:
+        """Counters: submitted, queued, in_progress, completed, failed,
+        cancelled, duplicates, late, requeued, takes (+ unknown, raw_queued)."""
+        return self._store.counts()
+
+    def wait_until(self, predicate: Callable[["Platform"], bool], timeout: float) -> bool:
+        """Wait until `predicate(self)` holds, re-checked on every recorded
+        event or state change. False on timeout (or when closed)."""
+        store = self._store
+        deadline = time.monotonic() + timeout
+        with store.mutex:
+            while not predicate(self):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or store.closed:
+                    return False
+                store.changed.wait(remaining)
+            return True
+
+    def wait_final(self, job_ids: Iterable[str], timeout: float) -> bool:
+        """Wait until every job in `job_ids` is in a final state."""
+        ids = list(job_ids)
+
+        def done(p: "Platform") -> bool:
+            return all(p._store.get(i).status in FINAL_STATES for i in ids)
+
+        with self._store.mutex:
+            for i in ids:
+                self._store.get(i)  # KeyError early for an unknown id
+        return self.wait_until(done, timeout)
+
+    # ------------------------------------------------------------ faults
+    def set_down(self, seconds: float) -> None:
+        """For `seconds` from now, every worker-side request answers 503."""
+        self._down_until = time.monotonic() + seconds
+
+    @property
+    def job_timeout(self) -> Optional[float]:
+        """Seconds of silence after which an in-progress job is requeued (None: off)."""
+        return self._job_timeout
+
+    @job_timeout.setter
+    def job_timeout(self, value: Optional[float]) -> None:
+        with self._store.mutex:
+            self._job_timeout = value
+            self._store.reaper_wake.notify_all()
+
+    # ------------------------------------------------------------ internals
+    def _reap_loop(self) -> None:
+        store = self._store
+        with store.mutex:
+            while not store.closed:
+                wait = store.reap(self._job_timeout)
+                store.reaper_wake.wait(wait)
+
+    def _on_final(self, job: JobRecord) -> None:
+        # Called under the store mutex: only start a thread here.
+        if job.webhook:
+            payload = job.status_dict()
+            payload.pop("stream", None)
+            threading.Thread(
+                target=_send_webhook,
+                args=(job.webhook, payload),
+                name=f"slotworker-platform-webhook-{job.id}",
+                daemon=True,
+            ).start()
+
+
+def _send_webhook(url: str, payload: Dict[str, Any]) -> bool:
+    """POST `payload` as JSON to `url`, with a few retries and backoff."""
+    data = json.dumps(payload).encode("utf-8")
+    delay = WEBHOOK_BACKOFF
+    for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
+        req = urllib.request.Request(
+            url, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                resp.read()
+                if 200 <= resp.status < 300:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.warning("webhook %s for job %s failed (attempt %d/%d): %s",
+                        url, payload.get("id"), attempt, WEBHOOK_ATTEMPTS, exc)
+        if attempt < WEBHOOK_ATTEMPTS:
+            time.sleep(delay)
+            delay *= 2
+    log.error("webhook %s for job %s gave up after %d attempts", url, payload.get("id"), WEBHOOK_ATTEMPTS)
+    return False

@@ -1,0 +1,452 @@
+"""The HTTP layer of the local platform: routes, single-send responses.
+
+Every response is built in one buffer and written with one `sendall`: a
+stdlib handler that writes headers and body separately stalls ~40 ms per
+request on a kept-alive loopback connection (Nagle against delayed ACK),
+which would be all that any benchmark measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from . import faults as F
+from .state import FINAL_STATES, Event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .core import Platform
+
+log = logging.getLogger("slotworker.platform")
+
+_WORKER_ROUTES = {
+    "job-take": "take",
+    "job-take-batch": "take_batch",
+    "job-done": "done",
+    "job-stream": "stream",
+    "ping": "ping",
+    "job-stop": "stop_poll",
+}
+
+GARBAGE_BODY = b"<html>oops</html>"
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class PlatformHTTPServer(ThreadingHTTPServer):
+    """A threading server that knows its Platform and its open connections,
+    so that closing it also ends idle keep-alive connections."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: Tuple[str, int], platform: "Platform") -> None:
+        self.platform = platform
+        self._conns: "set[socket.socket]" = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, PlatformHandler)
+
+    def get_request(self) -> Tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._conns_lock:
+            self._conns.add(sock)
+        return sock, addr
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._conns_lock:
+            conns = list(self._conns)
+        for sock in conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client vanishing mid-answer is routine here (drop faults, close).
+        log.debug("connection error from %s", client_address, exc_info=True)
+
+
+class PlatformHandler(BaseHTTPRequestHandler):
+    """One connection; each request is routed to the worker or client side."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "slotworker-platform"
+    disable_nagle_algorithm = True
+    timeout = 300  # idle keep-alive connections end eventually
+    server: PlatformHTTPServer
+
+    # ------------------------------------------------------------ plumbing
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _write(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        close: bool = False,
+    ) -> None:
+        """Status line, headers and body in one send."""
+        if close:
+            self.close_connection = True
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        head = [f"{self.protocol_version} {status} {reason}", f"Server: {self.server_version}"]
+        if status != 204 and status >= 200:
+            head.append(f"Content-Type: {content_type}")
+            head.append(f"Content-Length: {len(body)}")
+        else:
+            body = b""
+        head.append("Connection: close" if self.close_connection else "Connection: keep-alive")
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        self.wfile.write(data)
+
+    def _json(self, status: int, obj: Any, close: bool = False) -> None:
+        self._write(status, json.dumps(obj).encode("utf-8"), close=close)
+
+    def _error(self, status: int, message: str, close: bool = False) -> None:
+        self._json(status, {"error": message, "status": status}, close=close)
+
+    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
+        """Errors raised by the stdlib parser, answered in the same one-send way."""
+        self.close_connection = True
+        try:
+            self._error(code, message or HTTPStatus(code).phrase, close=True)
+        except OSError:
+            pass
+
+    def _drop(self) -> None:
+        """End the connection without an answer."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raise _BadRequest(411, "chunked bodies are not supported; send Content-Length")
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        try:
+            length = int(raw)
+        except ValueError:
+            raise _BadRequest(400, "bad Content-Length") from None
+        if length < 0:
+            raise _BadRequest(400, "bad Content-Length")
+        if length > self.server.platform.max_body:
+            # The body stays unread, so this connection cannot go on.
+            self.close_connection = True
+            raise _BadRequest(413, f"body of {length} bytes is over the limit of {self.server.platform.max_body}")
+        return self.rfile.read(length) if length else b""
+
+    # ------------------------------------------------------------ dispatch
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        t_start = time.monotonic()
+        platform = self.server.platform
+        seq = platform._store.begin_event()
+        split = urlsplit(self.path)
+        parts = [unquote(p) for p in split.path.split("/") if p]
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        try:
+            if len(parts) >= 3 and parts[0] == "v2" and parts[2] in _WORKER_ROUTES:
+                self._worker(method, parts, query, t_start, seq)
+            else:
+                if len(parts) >= 2 and parts[0] == "v2":
+                    parts = parts[2:]
+                self._client(method, parts, query)
+        except _BadRequest as exc:
+            self._error(exc.status, exc.message)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:  # a bug here must still answer JSON, not a traceback
+            log.exception("platform: internal error on %s %s", method, self.path)
+            try:
+                self._error(500, "internal platform error", close=True)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ worker side
+    def _worker(self, method: str, parts: List[str], query: Dict[str, str], t_start: float, seq: int) -> None:
+        platform = self.server.platform
+        store = platform._store
+        route = _WORKER_ROUTES[parts[2]]
+        worker = parts[3] if len(parts) > 3 else ""
+        job_id = parts[4] if len(parts) > 4 else ""
+        ev = Event(
+            kind=route,
+            t_start=t_start,
+            worker_id=worker,
+            query=query,
+            headers=dict(self.headers.items()),
+            method=method,
+            path=self.path,
+            route=route,
+        )
+        if "job_in_progress" in query:
+            ev.job_in_progress = query["job_in_progress"] in ("1", "true", "True")
+
+        def finish(status: int) -> None:
+            ev.status = status
+            ev.t_end = time.monotonic()
+            store.record(seq, ev)
+
+        try:
+            body = self._read_body()
+        except _BadRequest as exc:
+            self._error(exc.status, exc.message)
+            finish(exc.status)
+            return
+        ev.body = body.decode("utf-8", "replace")
+
+        if time.monotonic() < platform._down_until:
+            ev.fault = F.DOWN
+            self._error(503, "platform is down")
+            finish(503)
+            return
+        if platform.api_key is not None and self.headers.get("Authorization") != platform.api_key:
+            ev.kind = "rejected"
+            self._error(401, "missing or wrong Authorization")
+            finish(401)
+            return
+        expected = {"take": 4, "take_batch": 4, "ping": 4, "stop_poll": 4, "done": 5, "stream": 5}[route]
+        if len(parts) != expected:
+            self._error(404, f"bad {parts[2]} path: {self.path}")
+            finish(404)
+            return
+        store.seen_worker(worker)
+
+        parsed: Any = None
+        if route in ("done", "stream"):
+            ev.job_ids = [job_id]
+            # The body is JSON whatever the Content-Type says (runpod sends
+            # application/x-www-form-urlencoded).
+            try:
+                parsed = json.loads(body.decode("utf-8")) if body else None
+            except (ValueError, UnicodeDecodeError) as exc:
+                self._error(400, f"body is not JSON: {exc}")
+                finish(400)
+                return
+            if not isinstance(parsed, dict):
+                self._error(400, "body must be a JSON object")
+                finish(400)
+                return
+            if route == "done" and parsed.get("status") == "IN_PROGRESS":
+                ev.kind = "progress"
+        elif route == "ping":
+            ev.job_ids = [j for j in query.get("job_id", "").split(",") if j]
+
+        fault, delay = platform.faults.draw(ev.kind) if platform.faults is not None else (None, 0.0)
+        if delay > 0:
+            ev.fault = F.SLOW
+            platform._closed_event.wait(delay)
+        if fault is not None and fault != F.DROP_AFTER_ASSIGN:
+            ev.fault = fault
+            if fault == F.ERROR:
+                self._error(500, "injected fault")
+                finish(500)
+            elif fault == F.THROTTLE:
+                self._error(429, "injected throttle")
+                finish(429)
+            elif fault == F.GARBAGE:
+                self._write(200, GARBAGE_BODY, content_type="text/html")
+                finish(200)
+            else:
+                self._drop()
+                finish(0)
+            return
+
+        if route in ("take", "take_batch"):
+            self._take(route, worker, query, ev, fault, finish)
+        elif route == "done":
+            outcome = store.post_result(worker, job_id, parsed)
+            if outcome == "unknown":
+                self._error(404, f"unknown job id: {job_id}")
+                finish(404)
+            else:
+                self._write(200, b"{}")
+                finish(200)
+        elif route == "stream":
+            outcome = store.post_stream(job_id, parsed)
+            if outcome == "unknown":
+                self._error(404, f"unknown job id: {job_id}")
+                finish(404)
+            else:
+                self._write(200, b"{}")
+                finish(200)
+        elif route == "ping":
+            store.ping(worker, ev.job_ids)
+            self._write(200, b"{}")
+            finish(200)
+        else:  # stop_poll
+            ids = store.take_stops(worker, time.monotonic() + platform.long_poll)
+            ev.job_ids = ids
+            if ids:
+                self._json(200, {"jobsToStop": ids})
+                finish(200)
+            else:
+                self._write(204)
+                finish(204)
+
+    def _take(self, route: str, worker: str, query: Dict[str, str], ev: Event, fault: Optional[str], finish: Any) -> None:
+        platform = self.server.platform
+        if route == "take_batch":
+            try:
+                n = int(query.get("batch_size", "1"))
+            except ValueError:
+                n = 0
+            if n < 1:
+                self._error(400, "batch_size must be a positive integer")
+                finish(400)
+                return
+        else:
+            n = 1
+        ev.requested = n
+        if platform.take_cost > 0:
+            platform._closed_event.wait(platform.take_cost)
+        items = platform._store.take(worker, n, time.monotonic() + platform.long_poll)
+        wire = [obj.wire() if kind == "job" else obj for kind, obj in items]
+        ev.given = len(wire)
+        ev.job_ids = [
+            w["id"] for w in wire if isinstance(w, dict) and isinstance(w.get("id"), str)
+        ]
+        if fault == F.DROP_AFTER_ASSIGN and wire:
+            ev.fault = fault
+            self._drop()
+            finish(0)
+            return
+        if not wire:
+            self._write(204)
+            finish(204)
+            return
+        payload = wire if route == "take_batch" else wire[0]
+        self._write(200, json.dumps(payload).encode("utf-8"))
+        finish(200)
+
+    # ------------------------------------------------------------ client side
+    def _client_body(self) -> Any:
+        body = self._read_body()
+        if not body:
+            return {}
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _BadRequest(400, f"body is not JSON: {exc}") from None
+
+    def _client(self, method: str, parts: List[str], query: Dict[str, str]) -> None:
+        platform = self.server.platform
+        store = platform._store
+        name = parts[0] if parts else ""
+        # Always drain the body so the keep-alive connection stays in step.
+        body = self._client_body() if method in ("POST", "PUT") else {}
+
+        if name in ("run", "runsync") and len(parts) == 1:
+            if method != "POST":
+                raise _BadRequest(405, f"use POST for /{name}")
+            job_id = self._submit(body)
+            if name == "run":
+                self._json(200, {"id": job_id, "status": "IN_QUEUE"})
+                return
+            wait_s = self._wait_seconds(query, 90.0)
+            d = store.wait_final(job_id, time.monotonic() + wait_s)
+            d.pop("stream", None)
+            self._json(200, d)
+        elif name == "status" and len(parts) == 2:
+            d = self._known(parts[1], store.status)
+            d.pop("stream", None)
+            self._json(200, d)
+        elif name == "stream" and len(parts) == 2:
+            everything = query.get("all") in ("1", "true")
+            wait_s = self._wait_seconds(query, platform.long_poll)
+            d = self._known(parts[1], lambda i: store.stream_since_cursor(i, time.monotonic() + wait_s, everything))
+            self._json(200, d)
+        elif name == "cancel" and len(parts) == 2:
+            if method != "POST":
+                raise _BadRequest(405, "use POST for /cancel")
+            d = self._known(parts[1], platform.cancel)
+            d.pop("stream", None)
+            self._json(200, d)
+        elif name == "health" and len(parts) == 1:
+            self._json(200, store.health())
+        elif name == "openapi.json" and len(parts) == 1:
+            from .openapi import openapi_document
+
+            self._json(200, openapi_document(platform.url))
+        elif name == "purge-queue" and len(parts) == 1:
+            if method != "POST":
+                raise _BadRequest(405, "use POST for /purge-queue")
+            self._json(200, {"removed": platform.purge_queue(), "status": "completed"})
+        else:
+            raise _BadRequest(404, f"no such route: {method} {self.path}")
+
+    @staticmethod
+    def _wait_seconds(query: Dict[str, str], default: float) -> float:
+        raw = query.get("wait")
+        if raw is None:
+            return default
+        try:
+            ms = float(raw)
+        except ValueError:
+            raise _BadRequest(400, "wait must be a number of milliseconds") from None
+        return max(0.0, min(ms / 1000.0, 300.0))
+
+    @staticmethod
+    def _known(job_id: str, fn: Any) -> Dict[str, Any]:
+        try:
+            return fn(job_id)
+        except KeyError:
+            raise _BadRequest(404, f"unknown job id: {job_id}") from None
+
+    def _submit(self, body: Any) -> str:
+        if not isinstance(body, dict):
+            raise _BadRequest(400, "body must be a JSON object with an 'input' key")
+        if "input" not in body:
+            raise _BadRequest(400, "missing 'input' in the request body")
+        webhook = body.get("webhook")
+        if webhook is not None and not isinstance(webhook, str):
+            raise _BadRequest(400, "'webhook' must be a URL string")
+        job_id = body.get("id")
+        if job_id is not None and not isinstance(job_id, str):
+            raise _BadRequest(400, "'id' must be a string")
+        try:
+            return self.server.platform.submit(body["input"], job_id=job_id, webhook=webhook)
+        except ValueError as exc:
+            raise _BadRequest(409, str(exc)) from None
+
+
+def is_final(status: str) -> bool:
+    """True for a state a job never leaves."""
+    return status in FINAL_STATES
