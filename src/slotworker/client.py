@@ -1,0 +1,227 @@
+"""The platform's HTTP client: take, done, stream, ping and stop requests.
+
+One pooled :class:`requests.Session` per worker, with a mounted adapter per
+role: takes are not retried by urllib3 (the fetch loop owns their backoff),
+result posts are retried on connection errors and 5xx with backoff. Every
+call has a timeout. Redirects are never followed, so the API key is sent
+only to the URLs the platform gave us.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform as _platform
+import time
+from typing import Any, Callable, List, Optional
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from ._version import __version__
+from .settings import PROTOCOL_VERSION, Settings, add_query, job_url
+
+log = logging.getLogger("slotworker")
+
+TAKE_TIMEOUT = (10.0, 90.0)  # (connect, read): the platform long-polls a take
+POST_TIMEOUT = (10.0, 60.0)
+PING_TIMEOUT = 5.0
+THROTTLE_BACKOFF = 5.0  # what runpod waits after a 429
+
+
+class PlatformError(Exception):
+    """The platform answered with an error or could not be reached."""
+
+
+class Throttled(PlatformError):
+    """The platform answered 429: back off before asking again."""
+
+
+class BadResponse(PlatformError):
+    """The platform answered something that is not what the protocol says."""
+
+
+class Rejected(PlatformError):
+    """The platform refused a result with a 4xx that a retry will not fix."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"platform answered {status}: {text[:200]}")
+        self.status = status
+
+
+def user_agent() -> str:
+    """``slotworker/<version> (<os> <release>; <arch>) Language/Python <version>``."""
+    return (f"slotworker/{__version__} ({_platform.system()} {_platform.release()}; "
+            f"{_platform.machine()}) Language/Python {_platform.python_version()}"
+            f" (runpod-protocol {PROTOCOL_VERSION})")
+
+
+def _session(api_key: str, retries: Optional[Retry], pool_size: int) -> requests.Session:
+    session = requests.Session()
+    session.headers.update({
+        "Content-Type": "application/json",
+        "Authorization": api_key,
+        "User-Agent": user_agent(),
+        "Accept-Encoding": "gzip, deflate",
+    })
+    # Never pick up credentials or proxies from the environment/.netrc: the
+    # platform URLs are the only place our Authorization goes.
+    session.trust_env = False
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size,
+                          max_retries=retries if retries is not None else 0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+class PlatformClient:
+    """The worker-side requests of PROTOCOL.md for one worker."""
+
+    def __init__(self, settings: Settings, pool_size: int = 64) -> None:
+        self.settings = settings
+        self._take = _session(settings.api_key, None, 4)
+        post_retry = Retry(total=3, connect=3, read=3, status=3, backoff_factor=0.2,
+                           status_forcelist=(500, 502, 503, 504), allowed_methods=None,
+                           raise_on_status=False, respect_retry_after_header=False)
+        self._post = _session(settings.api_key, post_retry, pool_size)
+        self._ping = _session(settings.api_key, None, 2)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        for session in (self._take, self._post, self._ping):
+            session.close()
+
+    # -- take ---------------------------------------------------------------
+    def take(self, n: int, job_in_progress: bool) -> List[Any]:
+        """Ask for up to ``n`` jobs; returns what came, maybe nothing.
+
+        The jobs are returned as the platform sent them: checking each one
+        is the caller's job, so one malformed job cannot hide the others.
+        """
+        url = self.settings.take_url(n, job_in_progress)
+        try:
+            response = self._take.get(url, timeout=TAKE_TIMEOUT, allow_redirects=False)
+        except requests.RequestException as exc:
+            raise PlatformError(f"take failed: {type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if status == 204 or status == 400:  # 400: FlashBoot, no job
+            return []
+        if status == 429:
+            raise Throttled("take throttled (429)")
+        if status >= 300:
+            raise PlatformError(f"take answered {status}: {response.text[:200]!r}")
+        if not response.content or not response.content.strip():
+            return []
+        try:
+            jobs = response.json()
+        except ValueError as exc:
+            raise BadResponse(f"take answered a body that is not JSON: {response.text[:200]!r}") from exc
+        if isinstance(jobs, dict):
+            return [jobs]
+        if isinstance(jobs, list):
+            return jobs
+        if jobs is None:
+            return []
+        raise BadResponse(f"take answered {type(jobs).__name__}, not a job or a list of jobs")
+
+    # -- results ------------------------------------------------------------
+    def _post_json(self, url: str, job_id: str, body: bytes) -> None:
+        headers = {"Content-Type": "application/x-www-form-urlencoded",
+                   "charset": "utf-8", "X-Request-ID": str(job_id)}
+        try:
+            response = self._post.post(url, data=body, headers=headers,
+                                       timeout=POST_TIMEOUT, allow_redirects=False)
+        except requests.RequestException as exc:
+            raise PlatformError(f"{type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if status >= 500 or status == 429:
+            raise PlatformError(f"platform answered {status}")
+        if status >= 300:
+            raise Rejected(status, response.text)
+
+    def post_done(self, job_id: str, body: bytes, is_stream: bool) -> None:
+        """POST a job's final result (or a progress update) once; raises on failure."""
+        assert self.settings.job_done_url is not None
+        url = add_query(job_url(self.settings.job_done_url, job_id),
+                        isStream="true" if is_stream else "false")
+        self._post_json(url, job_id, body)
+
+    def post_stream(self, job_id: str, body: bytes) -> None:
+        """POST one stream chunk (``isStream=false``, as runpod sends it)."""
+        assert self.settings.job_stream_url is not None
+        url = add_query(job_url(self.settings.job_stream_url, job_id), isStream="false")
+        self._post_json(url, job_id, body)
+
+    # -- heartbeat and stop channel -----------------------------------------
+    def ping(self, job_ids: List[str]) -> int:
+        """Send one heartbeat; returns the HTTP status."""
+        assert self.settings.ping_url is not None
+        url = add_query(self.settings.ping_url, job_id=",".join(job_ids) or None,
+                        runpod_version=PROTOCOL_VERSION)
+        try:
+            response = self._ping.get(url, timeout=PING_TIMEOUT, allow_redirects=False)
+        except requests.RequestException as exc:
+            raise PlatformError(f"ping failed: {type(exc).__name__}: {exc}") from exc
+        return response.status_code
+
+    def poll_stop(self) -> List[str]:
+        """Long-poll the stop channel; the ids of jobs to stop, maybe none."""
+        url = self.settings.job_stop_url
+        assert url is not None
+        try:
+            response = self._ping.get(url, timeout=TAKE_TIMEOUT, allow_redirects=False)
+        except requests.RequestException as exc:
+            raise PlatformError(f"stop poll failed: {type(exc).__name__}: {exc}") from exc
+        if response.status_code == 204:
+            return []
+        if response.status_code == 429:
+            raise Throttled("stop poll throttled (429)")
+        if response.status_code >= 300:
+            raise PlatformError(f"stop poll answered {response.status_code}")
+        try:
+            payload = response.json()
+        except ValueError as exc:
+            raise BadResponse("stop poll answered a body that is not JSON") from exc
+        ids = payload.get("jobsToStop", []) if isinstance(payload, dict) else []
+        if not isinstance(ids, list):
+            raise BadResponse("stop poll: jobsToStop is not a list")
+        return [i for i in ids if isinstance(i, str)]
+
+
+def encode(body: Any) -> bytes:
+    """A result body as the platform reads it: JSON text, UTF-8, no ASCII escapes."""
+    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def deliver(send: Callable[[], None], job_id: str, what: str, until: Callable[[], bool],
+            sleep: Callable[[float], Any] = time.sleep, max_backoff: float = 5.0) -> bool:
+    """Call ``send`` until it succeeds, backing off between tries.
+
+    Gives up when ``until()`` turns true (shutdown past its grace period) or
+    the platform rejects the body outright. Returns whether it was delivered.
+    """
+    delay = 0.2
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            send()
+            if attempt > 1:
+                log.info("%s delivered after %d attempts", what, attempt, extra={"job_id": job_id})
+            return True
+        except Rejected:
+            raise
+        except PlatformError as exc:
+            if until():
+                log.error("LOST: %s could not be delivered before shutdown (%s)", what, exc,
+                          extra={"job_id": job_id})
+                return False
+            log.warning("%s not delivered (attempt %d): %s; retrying in %.1fs",
+                        what, attempt, exc, delay, extra={"job_id": job_id})
+            sleep(delay)
+            delay = min(delay * 2, max_backoff)
+
+
+__all__ = ["PlatformClient", "PlatformError", "Throttled", "BadResponse", "Rejected",
+           "encode", "deliver", "user_agent", "THROTTLE_BACKOFF"]

@@ -1,0 +1,292 @@
+"""Running one job in its own thread: call the handler, stream, report.
+
+:meth:`JobRunner.run` is what the executor runs for each job. It never
+raises: whatever the handler does (returns, raises, yields, never returns
+until stopped), the job ends with exactly one final result posted, except
+when the platform asked for it to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from . import progress, results
+from .client import PlatformClient, Rejected, deliver, encode
+from .control import JobInterrupted, JobStopped, JobTimedOut, Registry, RunningJob, Watchdog
+from .settings import Settings
+
+log = logging.getLogger("slotworker")
+
+_loops = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per job thread, reused across jobs, for async handlers."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        _loops.loop = loop
+    return loop
+
+
+def _discard_thread_loop() -> None:
+    loop = getattr(_loops, "loop", None)
+    if loop is not None:
+        _loops.loop = None
+        try:
+            loop.close()
+        except Exception:  # a loop interrupted mid-run may refuse; drop it anyway
+            pass
+
+
+def is_generator_handler(handler: Callable[..., Any]) -> bool:
+    """True for handlers that stream (sync or async generator functions)."""
+    return inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
+
+
+class Lifecycle:
+    """Shared shutdown state: whether the worker is stopping, and its grace deadline."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.deadline: Optional[float] = None
+
+    def begin_shutdown(self, grace: float) -> bool:
+        """Start shutting down with ``grace`` seconds for running jobs; False if already."""
+        if self.stopping.is_set():
+            return False
+        self.deadline = time.monotonic() + grace
+        self.stopping.set()
+        return True
+
+    def past_grace(self) -> bool:
+        """True once shutdown's grace period has run out."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+class JobRunner:
+    """Runs jobs with one handler and posts their results."""
+
+    def __init__(self, config: Dict[str, Any], client: PlatformClient, settings: Settings,
+                 registry: Registry, watchdog: Watchdog, lifecycle: Lifecycle,
+                 on_refresh: Callable[[str], None]) -> None:
+        self.handler = config["handler"]
+        self.streams = is_generator_handler(self.handler)
+        self.aggregate = bool(config.get("return_aggregate_stream", False))
+        self.refresh_every_job = bool(config.get("refresh_worker", False))
+        self.debugger = bool((config.get("rp_args") or {}).get("rp_debugger"))
+        self.job_timeout = config.get("job_timeout")
+        self.ready_at = config.get("reference_counter_start")
+        self.client = client
+        self.settings = settings
+        self.registry = registry
+        self.watchdog = watchdog
+        self.lifecycle = lifecycle
+        self.on_refresh = on_refresh
+
+    # -- the job's life -----------------------------------------------------
+    def run(self, job: Any) -> None:
+        """Run ``job`` to its one final result. Never raises."""
+        try:
+            job_id = self._job_id(job)
+            if job_id is None:
+                return
+            running = RunningJob(job_id)
+            self.registry.add(running)
+            progress.bind(job_id, self)
+            try:
+                self._run(job, running)
+            finally:
+                running.finish()
+                progress.unbind(job_id)
+                self.registry.remove(running)
+        except JobInterrupted:
+            # A raise that landed outside user code; the job is over already.
+            log.debug("interrupt arrived after the handler returned")
+        except BaseException:  # the worker must outlive any job
+            log.exception("internal error while running a job")
+
+    def _job_id(self, job: Any) -> Optional[str]:
+        if not isinstance(job, dict) or job.get("id") in (None, ""):
+            log.error("malformed job dropped: it has no id, so no result can be posted for it: %.200r", job)
+            return None
+        if not isinstance(job["id"], str):
+            job["id"] = str(job["id"])
+        return job["id"]
+
+    def _run(self, job: Dict[str, Any], running: RunningJob) -> None:
+        job_id = running.job_id
+        if "input" not in job:
+            log.error("job has no input; reporting an error", extra={"job_id": job_id})
+            self._finish(job_id, results.plain_error("Job has missing field(s): input."), False)
+            return
+        if self.job_timeout:
+            self.watchdog.arm(running, float(self.job_timeout))
+        log.info("Started.", extra={"job_id": job_id})
+        started = time.perf_counter()
+        try:
+            if self.streams:
+                body = self._run_generator(job, running)
+            else:
+                body = self._run_plain(job, running)
+        except JobStopped:
+            log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
+            return
+        except JobTimedOut:
+            log.error("Job timed out after %ss.", self.job_timeout, extra={"job_id": job_id})
+            body = results.plain_error(f"Job timed out: it ran longer than the job timeout of {self.job_timeout} s.")
+        if body is None:  # a generator stopped at a yield
+            log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
+            return
+        if self.refresh_every_job:
+            body["stopPod"] = True
+        if self.debugger and isinstance(body.get("output"), dict):
+            body["output"]["rp_debugger"] = self._debugger_output(started)
+        self._finish(job_id, body, self.streams)
+
+    def _debugger_output(self, started: float) -> Dict[str, Any]:
+        ended = time.perf_counter()
+        out: Dict[str, Any] = {"timestamps": [{
+            "name": "run_job", "start": started, "end": ended,
+            "duration_ms": round((ended - started) * 1000, 3)}]}
+        if self.ready_at is not None:
+            out["ready_delay_ms"] = round((started - self.ready_at) * 1000, 3)
+        return out
+
+    # -- calling the handler ------------------------------------------------
+    def _call(self, running: RunningJob, func: Callable[..., Any], *args: Any) -> Any:
+        """Call user code with the thread marked interruptible."""
+        running.enter_handler()
+        try:
+            return func(*args)
+        finally:
+            running.leave_handler()
+
+    def _run_plain(self, job: Dict[str, Any], running: RunningJob) -> Dict[str, Any]:
+        try:
+            value = self._call(running, self.handler, job)
+            if inspect.isawaitable(value):
+                value = self._call(running, _thread_loop().run_until_complete, value)
+        except JobInterrupted:
+            if inspect.iscoroutinefunction(self.handler):
+                _discard_thread_loop()
+            raise
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler too
+            log.error("Captured Handler Exception: %s: %s", type(exc).__name__, exc,
+                      extra={"job_id": running.job_id})
+            return results.exception_result(exc, hostname=self.settings.hostname,
+                                            worker_id=self.settings.worker_id)
+        return results.shape_return(value)
+
+    def _run_generator(self, job: Dict[str, Any], running: RunningJob) -> Optional[Dict[str, Any]]:
+        job_id = running.job_id
+        aggregate: List[Any] = []
+        gen: Any = None
+        is_async = inspect.isasyncgenfunction(self.handler)
+        try:
+            gen = self._call(running, self.handler, job)
+            while True:
+                if running.stop_reason is JobStopped:
+                    return None
+                if running.stop_reason is JobTimedOut:
+                    raise JobTimedOut(job_id)
+                try:
+                    if is_async:
+                        chunk = self._call(running, _thread_loop().run_until_complete, gen.__anext__())
+                    else:
+                        chunk = self._call(running, next, gen)
+                except (StopIteration, StopAsyncIteration):
+                    break
+                error = results.chunk_error(chunk)
+                if error is not None:
+                    return {"error": error}
+                if self.aggregate:
+                    aggregate.append(chunk)
+                self._stream(job_id, chunk)
+        except JobInterrupted:
+            if is_async:
+                _discard_thread_loop()
+            raise
+        except BaseException as exc:
+            log.error("Generator handler raised: %s: %s", type(exc).__name__, exc, extra={"job_id": job_id})
+            return results.generator_error_result(exc)
+        finally:
+            self._close_generator(gen, is_async)
+        return {"output": aggregate}
+
+    def _close_generator(self, gen: Any, is_async: bool) -> None:
+        if gen is None:
+            return
+        try:
+            if is_async:
+                loop = getattr(_loops, "loop", None)
+                if loop is not None and not loop.is_closed() and not loop.is_running():
+                    loop.run_until_complete(gen.aclose())
+            else:
+                gen.close()
+        except BaseException:
+            log.debug("closing the generator raised; ignored")
+
+    # -- reporting ------------------------------------------------------------
+    def _stream(self, job_id: str, chunk: Any) -> None:
+        try:
+            body = encode({"output": chunk})
+        except (TypeError, ValueError) as exc:
+            log.error("stream chunk is not JSON-serialisable (%s); chunk skipped", exc, extra={"job_id": job_id})
+            return
+        try:
+            deliver(lambda: self.client.post_stream(job_id, body), job_id, "stream chunk",
+                    self.lifecycle.past_grace, sleep=self._sleep)
+        except Rejected as exc:
+            log.error("platform rejected a stream chunk: %s", exc, extra={"job_id": job_id})
+
+    def _sleep(self, seconds: float) -> None:
+        """Backoff between retries: wakes when shutdown starts, never outlasts its grace."""
+        lifecycle = self.lifecycle
+        if not lifecycle.stopping.is_set():
+            lifecycle.stopping.wait(seconds)
+        else:
+            remaining = (lifecycle.deadline or 0.0) - time.monotonic()
+            time.sleep(max(0.0, min(seconds, remaining)))
+
+    def _finish(self, job_id: str, body: Dict[str, Any], is_stream: bool) -> None:
+        """Post the final result, exactly once."""
+        try:
+            data = encode(body)
+        except (TypeError, ValueError) as exc:
+            log.error("handler output is not JSON-serialisable: %s", exc, extra={"job_id": job_id})
+            body = results.plain_error(f"Handler output is not JSON-serialisable: {type(exc).__name__}: {exc}")
+            data = encode(body)
+        try:
+            sent = deliver(lambda: self.client.post_done(job_id, data, is_stream), job_id,
+                           "result", self.lifecycle.past_grace, sleep=self._sleep)
+        except Rejected as exc:
+            sent = False
+            if exc.status == 413:
+                log.error("platform refused the result as too large (%d bytes); reporting an error instead",
+                          len(data), extra={"job_id": job_id})
+                small = encode(results.plain_error(
+                    f"Job output too large for the platform: {len(data)} bytes (HTTP 413)."))
+                try:
+                    sent = deliver(lambda: self.client.post_done(job_id, small, is_stream), job_id,
+                                   "error result", self.lifecycle.past_grace, sleep=self._sleep)
+                except Rejected as again:
+                    log.error("LOST: platform rejected the error result too: %s", again, extra={"job_id": job_id})
+            else:
+                log.error("LOST: platform rejected the result: %s", exc, extra={"job_id": job_id})
+        if sent:
+            log.info("Finished.", extra={"job_id": job_id})
+        if body.get("stopPod"):
+            self.on_refresh(job_id)
+
+    def post_progress(self, job_id: str, value: Any) -> None:
+        """Send a progress update for a running job (one try; progress is best effort)."""
+        try:
+            self.client.post_done(job_id, encode({"status": "IN_PROGRESS", "output": value}), False)
+        except Exception as exc:  # never fail the handler over a progress update
+            log.warning("progress update not sent: %s", exc, extra={"job_id": job_id})

@@ -1,0 +1,187 @@
+"""The fetch loop: decide how many jobs to take, take them, hand them out.
+
+One fetch thread runs :meth:`Scaler.run`. Each loop applies the
+``concurrency_modifier``, reserves free slots, takes that many jobs (a batch
+take when more than one) and submits each to the executor. When the worker
+is full it waits on :attr:`Scaler.job_exited` as the take policy says (see
+:mod:`slotworker.policies`); it never spins.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional
+
+from .client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
+from .policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
+from .runner import JobRunner, Lifecycle
+
+log = logging.getLogger("slotworker")
+
+#: An empty take answered faster than this is followed by a wait of the rest,
+#: so a platform that does not hold takes open is not asked in a tight loop.
+EMPTY_TAKE_FLOOR = 0.25
+#: Backoff after a failed take: first wait, and the cap it doubles up to.
+ERROR_BACKOFF = (0.5, 8.0)
+#: The executor may grow to this many threads; the slot counter, not the
+#: pool, bounds how many jobs run.
+MAX_THREADS = 4096
+
+
+def _default_modifier(current: int) -> int:
+    return current
+
+
+class Scaler:
+    """Takes jobs while there are free slots; runs each on the executor."""
+
+    def __init__(self, config: Dict[str, Any], client: PlatformClient, runner: JobRunner,
+                 slots: Any, lifecycle: Lifecycle) -> None:
+        self.client = client
+        self.runner = runner
+        self.slots = slots
+        self.lifecycle = lifecycle
+        self.modifier: Callable[[int], int] = config.get("concurrency_modifier") or _default_modifier
+        self.policy: TakePolicy = make_policy(config.get("take_policy", "drain"))
+        self._mutex = threading.Lock()
+        # job_exited: notified by every job's thread as it releases its slot,
+        # and by shutdown(); waited on by the fetch thread when it is full.
+        self.job_exited = threading.Condition(self._mutex)
+        self.executor = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="slotworker-job")
+        self.loops = 0       # fetch-loop iterations (tests count these)
+        self.takes = 0       # take requests sent
+        self.jobs_taken = 0  # jobs received
+
+    # -- concurrency ----------------------------------------------------------
+    def apply_modifier(self) -> int:
+        """Ask the modifier for the capacity and resize the slots to it."""
+        current = self.slots.capacity
+        try:
+            wanted = self.modifier(current)
+            wanted = int(wanted)
+            if wanted < 0:
+                raise ValueError(f"negative concurrency {wanted}")
+        except Exception as exc:  # a broken modifier must not stop the worker
+            log.error("concurrency_modifier failed (%s); keeping concurrency %d", exc, current)
+            return current
+        if wanted != current:
+            self.slots.resize(wanted)
+            log.debug("concurrency set to %d", wanted)
+            with self.job_exited:  # raising capacity may end a full wait
+                self.job_exited.notify_all()
+        return wanted
+
+    @property
+    def running(self) -> int:
+        """Jobs in progress (slots held by jobs, not by a take's reservation)."""
+        return len(self.runner.registry)
+
+    # -- waiting ----------------------------------------------------------------
+    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait on :attr:`job_exited` until ``predicate()``, shutdown, or ``timeout``.
+
+        The predicate is checked under the Condition's lock, so a job that
+        exits between the check and the wait is not missed.
+        """
+        deadline = time.monotonic() + timeout
+        stopping = self.lifecycle.stopping
+        with self.job_exited:
+            while not (predicate() or stopping.is_set()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.job_exited.wait(remaining)
+        return True
+
+    def wake(self) -> None:
+        """Wake the fetch thread (shutdown, capacity change)."""
+        with self.job_exited:
+            self.job_exited.notify_all()
+
+    # -- the fetch thread ---------------------------------------------------------
+    def run(self) -> None:
+        """The fetch loop; returns when shutdown starts (after a take in flight)."""
+        backoff = ERROR_BACKOFF[0]
+        stopping = self.lifecycle.stopping
+        while not stopping.is_set():
+            self.loops += 1
+            capacity = self.apply_modifier()
+            if capacity == 0:
+                # Not "all free": nothing may run. Wait the full bound.
+                self.wait_until(lambda: False, FULL_WAIT_SECONDS)
+                continue
+            want = self.policy.how_many(self)
+            if want <= 0:
+                self.policy.wait_full(self)
+                continue
+            granted = self.slots.try_acquire(want)
+            if granted == 0:
+                continue
+            started = time.monotonic()
+            try:
+                jobs = self._take(granted)
+            except Throttled:
+                self.slots.release(granted)
+                log.warning("platform throttled the take (429); waiting %.0fs", THROTTLE_BACKOFF)
+                stopping.wait(THROTTLE_BACKOFF)
+                continue
+            except PlatformError as exc:
+                self.slots.release(granted)
+                level = logging.ERROR if isinstance(exc, BadResponse) else logging.WARNING
+                log.log(level, "take failed: %s; retrying in %.1fs", exc, backoff)
+                stopping.wait(backoff)
+                backoff = min(backoff * 2, ERROR_BACKOFF[1])
+                continue
+            backoff = ERROR_BACKOFF[0]
+            elapsed = time.monotonic() - started
+            self.policy.observe_take(self, granted, len(jobs), elapsed)
+            self._dispatch(jobs, granted)
+            if not jobs and elapsed < EMPTY_TAKE_FLOOR:
+                stopping.wait(EMPTY_TAKE_FLOOR - elapsed)
+        log.debug("fetch loop stopped")
+
+    def _take(self, n: int) -> List[Any]:
+        self.takes += 1
+        # The n slots just reserved are this take's; any others are running jobs.
+        jobs = self.client.take(n, job_in_progress=self.slots.in_use > n)
+        self.jobs_taken += len(jobs)
+        if jobs:
+            log.debug("took %d job(s) of %d asked", len(jobs), n)
+        return jobs
+
+    def _dispatch(self, jobs: List[Any], granted: int) -> None:
+        """Submit every job taken; give back the reservations not used."""
+        if len(jobs) < granted:
+            self.slots.release(granted - len(jobs))
+        for index, job in enumerate(jobs):
+            holds_slot = index < granted
+            if not holds_slot:
+                # More than we asked for: it was taken, so it runs, past capacity.
+                log.warning("platform sent more jobs than asked (%d > %d); running the extra one anyway",
+                            len(jobs), granted)
+            self.executor.submit(self._job_thread, job, holds_slot)
+
+    def _job_thread(self, job: Any, holds_slot: bool) -> None:
+        started = time.monotonic()
+        try:
+            self.runner.run(job)
+        finally:
+            if holds_slot:
+                self.slots.release(1)
+            self.policy.observe_job(self, time.monotonic() - started)
+            with self.job_exited:
+                self.job_exited.notify_all()
+
+    # -- shutdown -------------------------------------------------------------------
+    def drain(self, deadline: float) -> int:
+        """Wait until no slot is held or ``deadline``; returns jobs still running."""
+        with self.job_exited:
+            while self.slots.in_use > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.job_exited.wait(remaining)
+        return self.slots.in_use

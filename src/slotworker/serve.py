@@ -1,0 +1,33 @@
+"""``--rp_serve_api``: the local platform's API with a worker pulling from it.
+
+Both run in this process: requests to ``/run`` or ``/runsync`` go through
+the same fetch loop, slots and result path as in production.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+from .settings import Settings
+from .worker import Worker
+
+log = logging.getLogger("slotworker")
+
+
+def serve_api(config: Dict[str, Any], host: str = "localhost", port: int = 8000) -> int:
+    """Serve the API on ``host:port`` until SIGINT/SIGTERM; returns the exit code."""
+    from .platform import Platform  # imported here: only this mode needs the server
+
+    platform = Platform(host=host, port=port, endpoint="local", long_poll=1.0)
+    platform.start()
+    try:
+        log.info("local API at %s (OpenAPI document at %s/openapi.json); "
+                 "try: curl -s -X POST %s/runsync -H 'Content-Type: application/json' "
+                 "-d '{\"input\": {}}'", platform.url, platform.url, platform.url)
+        settings = Settings.from_env(platform.worker_env(worker_id="local-worker"))
+        worker = Worker(config, settings)
+        worker.install_signal_handlers()
+        return worker.run()
+    finally:
+        platform.close()

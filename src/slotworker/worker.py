@@ -1,0 +1,136 @@
+"""The deployed worker's lifecycle: start its threads, run, shut down.
+
+:class:`Worker` owns the fetch thread (:mod:`~slotworker.scaler`), the job
+executor, the heartbeat and the stop channel. Shutdown (SIGTERM/SIGINT,
+``refresh_worker``, or :meth:`Worker.shutdown`) stops taking, lets a take in
+flight land and every job already taken finish and report within the grace
+period, then returns. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from . import slots as slots_module
+from ._version import __version__
+from .client import PlatformClient
+from .control import Registry, Watchdog
+from .fitness import run_fitness_checks
+from .heartbeat import Heartbeat
+from .runner import JobRunner, Lifecycle
+from .scaler import Scaler
+from .settings import Settings
+from .stopchannel import StopChannel
+
+log = logging.getLogger("slotworker")
+
+#: Seconds running jobs get to finish and report after shutdown starts.
+DEFAULT_SHUTDOWN_GRACE = 30.0
+
+
+class Worker:
+    """One worker process's job loop against the platform in ``settings``."""
+
+    def __init__(self, config: Dict[str, Any], settings: Optional[Settings] = None) -> None:
+        if not callable(config.get("handler")):
+            raise ValueError("config['handler'] must be a callable")
+        self.config = config
+        self.settings = settings or Settings.from_env()
+        if not self.settings.deployed:
+            raise ValueError("no job-take URL: set RUNPOD_WEBHOOK_GET_JOB (or run in local mode)")
+        self.grace = float(config.get("shutdown_grace", os.environ.get("SLOTWORKER_SHUTDOWN_GRACE",
+                                                                        DEFAULT_SHUTDOWN_GRACE)))
+        self.lifecycle = Lifecycle()
+        self.registry = Registry()
+        self.watchdog = Watchdog()
+        self.client = PlatformClient(self.settings)
+        self.slots = slots_module.SlotCounter(0)
+        self.runner = JobRunner(config, self.client, self.settings, self.registry, self.watchdog,
+                                self.lifecycle, on_refresh=self._refresh)
+        self.scaler = Scaler(config, self.client, self.runner, self.slots, self.lifecycle)
+        self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.registry.ids)
+        self.stop_channel = StopChannel(self.client, self.registry)
+        self._fetch_thread: Optional[threading.Thread] = None
+        self._signals = 0
+        self.lost = 0  # jobs still running when the grace period ran out
+        # The concurrency starts at 1, as runpod's does; the modifier raises it.
+        self.slots.resize(1)
+
+    # -- control ----------------------------------------------------------------
+    def shutdown(self, reason: str = "requested", grace: Optional[float] = None) -> None:
+        """Stop taking jobs; running ones get ``grace`` seconds (idempotent, thread-safe)."""
+        if self.lifecycle.begin_shutdown(self.grace if grace is None else grace):
+            log.info("shutting down (%s): no new jobs; %d running get up to %.0fs to finish",
+                     reason, len(self.registry), self.grace if grace is None else grace)
+        self.scaler.wake()
+
+    def _refresh(self, job_id: str) -> None:
+        self.shutdown(f"refresh_worker set by job {job_id}")
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: graceful shutdown; a second one: exit at once."""
+        def handle(signum: int, frame: Any) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                log.warning("second signal %d: exiting now", signum)
+                logging.shutdown()
+                os._exit(128 + signum)
+            self.shutdown(f"signal {signal.Signals(signum).name}")
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    # -- running ----------------------------------------------------------------
+    def run(self) -> int:
+        """Run until shutdown completes; returns the process exit code.
+
+        0 when every job taken reported (or was stopped by the platform);
+        1 when a fitness check failed or jobs were still running when the
+        grace period ran out (each is logged by id as lost).
+        """
+        if not run_fitness_checks():
+            return 1
+        slots_module.warn_if_fallback()
+        log.info("slotworker %s | worker %s | slots: %s backend | take policy: %s",
+                 __version__, self.settings.worker_id, slots_module.BACKEND, self.scaler.policy.name)
+        self.heartbeat.start()
+        self.stop_channel.start()
+        self._fetch_thread = threading.Thread(target=self._fetch, name="slotworker-fetch", daemon=True)
+        self._fetch_thread.start()
+        try:
+            # A plain Event.wait() is interrupted by signals in the main thread.
+            while not self.lifecycle.stopping.wait(60.0):
+                pass
+        finally:
+            code = self._finish()
+        return code
+
+    def _fetch(self) -> None:
+        try:
+            self.scaler.run()
+        except BaseException:
+            log.exception("the fetch loop died; shutting down")
+            self.shutdown("fetch loop error")
+
+    def _finish(self) -> int:
+        deadline = self.lifecycle.deadline or (time.monotonic() + self.grace)
+        if self._fetch_thread is not None:
+            # A take in flight is waited for: jobs in its answer are ours to run.
+            self._fetch_thread.join(max(0.0, deadline - time.monotonic()))
+        left = self.scaler.drain(deadline)
+        self.stop_channel.stop()
+        if left:
+            ids = self.registry.ids()
+            self.lost = left
+            log.error("LOST: %d job(s) still running after the %.0fs grace period, not reported: %s",
+                      left, self.grace, ", ".join(ids) or "(starting)")
+        self.heartbeat.stop()
+        self.watchdog.close()
+        self.scaler.executor.shutdown(wait=not left)
+        self.client.close()
+        log.info("worker stopped")
+        return 1 if left else 0
