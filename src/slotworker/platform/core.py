@@ -180,7 +180,9 @@ class Platform:
 
     def counts(self) -> Dict[str, int]:
         """Counters: submitted, queued, in_progress, completed, failed,
-        cancelled, duplicates, late, requeued, takes (+ unknown, raw_queued)."""
+        cancelled, duplicates, late, requeued, takes; beyond the brief:
+        unknown (posts for unknown job ids), raw_queued, waiting_takes and
+        waiting_stops (long polls held open right now)."""
         return self._store.counts()
 
     def wait_until(self, predicate: Callable[["Platform"], bool], timeout: float) -> bool:

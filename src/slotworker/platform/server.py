@@ -220,6 +220,9 @@ class PlatformHandler(BaseHTTPRequestHandler):
             ev.job_in_progress = query["job_in_progress"] in ("1", "true", "True")
 
         def finish(status: int) -> None:
+            # Published just before the answer is written, so that a client
+            # holding the answer always finds its event (t_end is the moment
+            # the answer was ready, microseconds before it is sent).
             ev.status = status
             ev.t_end = time.monotonic()
             store.record(seq, ev)
@@ -227,25 +230,25 @@ class PlatformHandler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
         except _BadRequest as exc:
-            self._error(exc.status, exc.message)
             finish(exc.status)
+            self._error(exc.status, exc.message)
             return
         ev.body = body.decode("utf-8", "replace")
 
         if time.monotonic() < platform._down_until:
             ev.fault = F.DOWN
-            self._error(503, "platform is down")
             finish(503)
+            self._error(503, "platform is down")
             return
         if platform.api_key is not None and self.headers.get("Authorization") != platform.api_key:
             ev.kind = "rejected"
-            self._error(401, "missing or wrong Authorization")
             finish(401)
+            self._error(401, "missing or wrong Authorization")
             return
         expected = {"take": 4, "take_batch": 4, "ping": 4, "stop_poll": 4, "done": 5, "stream": 5}[route]
         if len(parts) != expected:
-            self._error(404, f"bad {parts[2]} path: {self.path}")
             finish(404)
+            self._error(404, f"bad {parts[2]} path: {self.path}")
             return
         store.seen_worker(worker)
 
@@ -257,12 +260,12 @@ class PlatformHandler(BaseHTTPRequestHandler):
             try:
                 parsed = json.loads(body.decode("utf-8")) if body else None
             except (ValueError, UnicodeDecodeError) as exc:
-                self._error(400, f"body is not JSON: {exc}")
                 finish(400)
+                self._error(400, f"body is not JSON: {exc}")
                 return
             if not isinstance(parsed, dict):
-                self._error(400, "body must be a JSON object")
                 finish(400)
+                self._error(400, "body must be a JSON object")
                 return
             if route == "done" and parsed.get("status") == "IN_PROGRESS":
                 ev.kind = "progress"
@@ -276,17 +279,17 @@ class PlatformHandler(BaseHTTPRequestHandler):
         if fault is not None and fault != F.DROP_AFTER_ASSIGN:
             ev.fault = fault
             if fault == F.ERROR:
-                self._error(500, "injected fault")
                 finish(500)
+                self._error(500, "injected fault")
             elif fault == F.THROTTLE:
-                self._error(429, "injected throttle")
                 finish(429)
+                self._error(429, "injected throttle")
             elif fault == F.GARBAGE:
-                self._write(200, GARBAGE_BODY, content_type="text/html")
                 finish(200)
+                self._write(200, GARBAGE_BODY, content_type="text/html")
             else:
-                self._drop()
                 finish(0)
+                self._drop()
             return
 
         if route in ("take", "take_batch"):
@@ -294,32 +297,32 @@ class PlatformHandler(BaseHTTPRequestHandler):
         elif route == "done":
             outcome = store.post_result(worker, job_id, parsed)
             if outcome == "unknown":
-                self._error(404, f"unknown job id: {job_id}")
                 finish(404)
+                self._error(404, f"unknown job id: {job_id}")
             else:
-                self._write(200, b"{}")
                 finish(200)
+                self._write(200, b"{}")
         elif route == "stream":
             outcome = store.post_stream(job_id, parsed)
             if outcome == "unknown":
-                self._error(404, f"unknown job id: {job_id}")
                 finish(404)
+                self._error(404, f"unknown job id: {job_id}")
             else:
-                self._write(200, b"{}")
                 finish(200)
+                self._write(200, b"{}")
         elif route == "ping":
             store.ping(worker, ev.job_ids)
-            self._write(200, b"{}")
             finish(200)
+            self._write(200, b"{}")
         else:  # stop_poll
             ids = store.take_stops(worker, time.monotonic() + platform.long_poll)
             ev.job_ids = ids
             if ids:
-                self._json(200, {"jobsToStop": ids})
                 finish(200)
+                self._json(200, {"jobsToStop": ids})
             else:
-                self._write(204)
                 finish(204)
+                self._write(204)
 
     def _take(self, route: str, worker: str, query: Dict[str, str], ev: Event, fault: Optional[str], finish: Any) -> None:
         platform = self.server.platform
@@ -329,8 +332,8 @@ class PlatformHandler(BaseHTTPRequestHandler):
             except ValueError:
                 n = 0
             if n < 1:
-                self._error(400, "batch_size must be a positive integer")
                 finish(400)
+                self._error(400, "batch_size must be a positive integer")
                 return
         else:
             n = 1
@@ -345,16 +348,16 @@ class PlatformHandler(BaseHTTPRequestHandler):
         ]
         if fault == F.DROP_AFTER_ASSIGN and wire:
             ev.fault = fault
-            self._drop()
             finish(0)
+            self._drop()
             return
         if not wire:
-            self._write(204)
             finish(204)
+            self._write(204)
             return
         payload = wire if route == "take_batch" else wire[0]
-        self._write(200, json.dumps(payload).encode("utf-8"))
         finish(200)
+        self._write(200, json.dumps(payload).encode("utf-8"))
 
     # ------------------------------------------------------------ client side
     def _client_body(self) -> Any:

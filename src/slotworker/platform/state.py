@@ -160,6 +160,8 @@ class JobStore:
             "takes": 0,
             "unknown": 0,
             "raw_queued": 0,
+            "waiting_takes": 0,
+            "waiting_stops": 0,
         }
         self._final_listeners: List[Callable[[JobRecord], None]] = []
 
@@ -190,6 +192,11 @@ class JobStore:
         job.finished_at = now
         for listener in self._final_listeners:
             listener(job)
+
+    def _waiting(self, key: str, delta: int) -> None:
+        # Long polls held open, so tests can wait for "the take is parked".
+        self._counts[key] += delta
+        self.changed.notify_all()
 
     def on_final(self, listener: Callable[[JobRecord], None]) -> None:
         """Call `listener(job)` (under the mutex; must not block) on every final state."""
@@ -336,14 +343,18 @@ class JobStore:
         Returns [("job", JobRecord) | ("raw", value)], empty on timeout/close.
         """
         with self.mutex:
-            while True:
-                items = self._pop(worker, n)
-                if items or self.closed:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.jobs_ready.wait(remaining)
+            items = self._pop(worker, n)
+            if not items:
+                self._waiting("waiting_takes", +1)
+                try:
+                    while not items and not self.closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self.jobs_ready.wait(remaining)
+                        items = self._pop(worker, n)
+                finally:
+                    self._waiting("waiting_takes", -1)
             if items:
                 self.reaper_wake.notify_all()
                 self.changed.notify_all()
@@ -437,14 +448,16 @@ class JobStore:
     def take_stops(self, worker: str, deadline: float) -> List[str]:
         """Wait until `deadline` for stops of `worker`; each id is delivered once."""
         with self.mutex:
-            while True:
-                pending = self._stops.get(worker)
-                if pending or self.closed:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.stops_ready.wait(remaining)
+            if not self._stops.get(worker):
+                self._waiting("waiting_stops", +1)
+                try:
+                    while not self._stops.get(worker) and not self.closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self.stops_ready.wait(remaining)
+                finally:
+                    self._waiting("waiting_stops", -1)
             return self._stops.pop(worker, [])
 
     def stream_since_cursor(self, job_id: str, deadline: float, everything: bool) -> Dict[str, Any]:
