@@ -149,6 +149,19 @@ def test_take_cost_is_paid_once_per_take_not_per_job(make_platform: Any) -> None
     assert p.counts()["takes"] == 9
 
 
+def test_concurrent_takes_pay_the_take_cost_in_parallel(make_platform: Any) -> None:
+    p = make_platform(take_cost=0.3)
+    for i in range(4):
+        p.submit(i)
+    threads = [in_thread(take, p)[0] for _ in range(4)]
+    for t in threads:
+        t.join(WAIT)
+    evs = p.takes()
+    assert sorted(e.given for e in evs) == [1, 1, 1, 1]
+    span = max(e.t_end for e in evs) - min(e.t_start for e in evs)
+    assert span < sum(e.t_end - e.t_start for e in evs)
+
+
 def test_raw_items_are_handed_out_as_is_and_not_tracked(platform: Platform) -> None:
     platform.submit_raw({"input": "no id"})
     platform.submit_raw(42)
@@ -392,6 +405,26 @@ def test_unknown_paths_and_ids_are_404_json(platform: Platform) -> None:
         assert r.status_code == 404 and "error" in r.json(), url
 
 
+def test_chunked_bodies_are_read(platform: Platform) -> None:
+    r = requests.post(f"{platform.url}/run", data=iter([b'{"input"', b": 7}"]), timeout=WAIT)
+    assert r.status_code == 200 and platform.counts()["submitted"] == 1
+
+
+def test_garbage_request_line_gets_a_json_error_not_a_traceback(platform: Platform) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", platform.port), timeout=WAIT) as s:
+        s.sendall(b"NONSENSE\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and "error" in json.loads(body)
+
+
 def test_body_over_max_body_is_413_without_reading_it(make_platform: Any) -> None:
     p = make_platform(max_body=1000)
     r = requests.post(f"{p.url}/run", data=b'{"input": "' + b"x" * 5000 + b'"}', timeout=WAIT)
@@ -448,6 +481,15 @@ def test_garbage_fault_answers_200_with_a_non_json_body(make_platform: Any) -> N
     with pytest.raises(ValueError):
         r.json()
     assert p.counts()["queued"] == 1
+
+
+def test_garbage_fault_on_done_records_the_result_but_answers_garbage(make_platform: Any) -> None:
+    p = make_platform(faults=Faults(garbage_rate=1.0, routes={"done"}))
+    job_id = p.submit(1)
+    take(p)
+    r = done(p, job_id, {"output": 1})
+    assert r.status_code == 200 and r.content == b"<html>oops</html>"
+    assert p.status(job_id)["status"] == "COMPLETED" and p.events[-1].fault == "garbage"
 
 
 def test_drop_fault_closes_the_connection_and_loses_nothing(make_platform: Any) -> None:

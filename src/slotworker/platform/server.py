@@ -145,7 +145,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            raise _BadRequest(411, "chunked bodies are not supported; send Content-Length")
+            return self._read_chunked()
         raw = self.headers.get("Content-Length")
         if raw is None:
             return b""
@@ -160,6 +160,28 @@ class PlatformHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise _BadRequest(413, f"body of {length} bytes is over the limit of {self.server.platform.max_body}")
         return self.rfile.read(length) if length else b""
+
+    def _read_chunked(self) -> bytes:
+        limit = self.server.platform.max_body
+        parts: List[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(65537)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                raise _BadRequest(400, "bad chunked encoding") from None
+            if size == 0:
+                while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            total += size
+            if total > limit:
+                self.close_connection = True
+                raise _BadRequest(413, f"body is over the limit of {limit} bytes")
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(3)  # the CRLF after each chunk
 
     # ------------------------------------------------------------ dispatch
     def do_GET(self) -> None:
@@ -276,7 +298,21 @@ class PlatformHandler(BaseHTTPRequestHandler):
         if delay > 0:
             ev.fault = F.SLOW
             platform._closed_event.wait(delay)
-        if fault is not None and fault != F.DROP_AFTER_ASSIGN:
+        # Garbage on a take or stop poll hands nothing out; on a post or a
+        # ping the request is processed and only the answer is garbage, so
+        # that the fault tests the worker's parsing without losing a result.
+        garbage_answer = fault == F.GARBAGE and ev.kind in ("done", "progress", "stream", "ping")
+        if garbage_answer:
+            ev.fault = fault
+
+        def ok() -> None:
+            finish(200)
+            if garbage_answer:
+                self._write(200, GARBAGE_BODY, content_type="text/html")
+            else:
+                self._write(200, b"{}")
+
+        if fault is not None and fault != F.DROP_AFTER_ASSIGN and not garbage_answer:
             ev.fault = fault
             if fault == F.ERROR:
                 finish(500)
@@ -300,20 +336,17 @@ class PlatformHandler(BaseHTTPRequestHandler):
                 finish(404)
                 self._error(404, f"unknown job id: {job_id}")
             else:
-                finish(200)
-                self._write(200, b"{}")
+                ok()
         elif route == "stream":
             outcome = store.post_stream(job_id, parsed)
             if outcome == "unknown":
                 finish(404)
                 self._error(404, f"unknown job id: {job_id}")
             else:
-                finish(200)
-                self._write(200, b"{}")
+                ok()
         elif route == "ping":
             store.ping(worker, ev.job_ids)
-            finish(200)
-            self._write(200, b"{}")
+            ok()
         else:  # stop_poll
             ids = store.take_stops(worker, time.monotonic() + platform.long_poll)
             ev.job_ids = ids
