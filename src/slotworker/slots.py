@@ -123,7 +123,7 @@ def _resolve() -> Tuple[str, type]:
                     chosen = (name, load(name))
                     break
                 except ImportError as exc:
-                    reasons.append(str(exc))
+                    reasons.append(f"{name}: {exc.__cause__ or exc}")
             if chosen[0] == "python":
                 _fallback_reasons = reasons
                 # The first counter created warns (see warn_if_fallback).
