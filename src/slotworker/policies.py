@@ -12,6 +12,7 @@ Selected by the config key ``take_policy``. Each is small on purpose:
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Dict, Type
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,7 +53,8 @@ class FixedPolicy(TakePolicy):
     name = "fixed"
 
     def wait_full(self, scaler: "Scaler") -> None:
-        scaler.lifecycle.stopping.wait(FULL_WAIT_SECONDS)
+        # A plain sleep, as runpod's asyncio.sleep(1): not even shutdown ends it.
+        time.sleep(FULL_WAIT_SECONDS)
 
 
 POLICIES: Dict[str, Type[TakePolicy]] = {"drain": DrainPolicy, "fixed": FixedPolicy}

@@ -55,7 +55,7 @@ class Worker:
         self.scaler = Scaler(config, self.client, self.runner, self.slots, self.lifecycle)
         self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.registry.ids)
         self.stop_channel = StopChannel(self.client, self.registry)
-        self._fetch_thread: Optional[threading.Thread] = None
+        self.fetch_thread: Optional[threading.Thread] = None
         self._signals = 0
         self.lost = 0  # jobs still running when the grace period ran out
         # The concurrency starts at 1, as runpod's does; the modifier raises it.
@@ -99,8 +99,8 @@ class Worker:
                  __version__, self.settings.worker_id, slots_module.BACKEND, self.scaler.policy.name)
         self.heartbeat.start()
         self.stop_channel.start()
-        self._fetch_thread = threading.Thread(target=self._fetch, name="slotworker-fetch", daemon=True)
-        self._fetch_thread.start()
+        self.fetch_thread = threading.Thread(target=self._fetch, name="slotworker-fetch", daemon=True)
+        self.fetch_thread.start()
         try:
             # A plain Event.wait() is interrupted by signals in the main thread.
             while not self.lifecycle.stopping.wait(60.0):
@@ -118,9 +118,9 @@ class Worker:
 
     def _finish(self) -> int:
         deadline = self.lifecycle.deadline or (time.monotonic() + self.grace)
-        if self._fetch_thread is not None:
+        if self.fetch_thread is not None:
             # A take in flight is waited for: jobs in its answer are ours to run.
-            self._fetch_thread.join(max(0.0, deadline - time.monotonic()))
+            self.fetch_thread.join(max(0.0, deadline - time.monotonic()))
         left = self.scaler.drain(deadline)
         self.stop_channel.stop()
         if left:

@@ -1,0 +1,126 @@
+"""Helpers for the worker tests: a worker on a thread, a gate for handlers,
+and running handler scripts as real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from slotworker.platform import Platform
+from slotworker.settings import Settings
+from slotworker.worker import Worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class WorkerThread:
+    """A :class:`Worker` running on a background thread against ``platform``."""
+
+    def __init__(self, platform: Platform, handler: Callable[..., Any], concurrency: Optional[int] = None,
+                 worker_id: str = "w1", **config: Any) -> None:
+        config["handler"] = handler
+        # SLOTWORKER_TEST_POLICY runs the suite under another take policy, e.g.
+        # "fixed", to show which tests a fixed 1 s sleep would fail.
+        config.setdefault("take_policy", os.environ.get("SLOTWORKER_TEST_POLICY", "drain"))
+        if concurrency is not None and "concurrency_modifier" not in config:
+            config["concurrency_modifier"] = lambda current: concurrency
+        self.worker = Worker(config, Settings.from_env(platform.worker_env(worker_id)))
+        self.exit_code: Optional[int] = None
+        self.thread = threading.Thread(target=self._run, name=f"test-worker-{worker_id}", daemon=True)
+
+    def _run(self) -> None:
+        self.exit_code = self.worker.run()
+
+    def start(self) -> "WorkerThread":
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> Optional[int]:
+        """Shut the worker down and wait for it; returns its exit code."""
+        self.worker.shutdown("test teardown")
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "worker did not stop"
+        return self.exit_code
+
+    def __enter__(self) -> "WorkerThread":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.thread.is_alive():
+            self.stop()
+
+
+class Gate:
+    """Handlers block in :meth:`enter` until the test opens their job's gate."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.started: List[str] = []
+        self.exited: Dict[str, float] = {}
+        self._open: set = set()
+        self._all_open = False
+
+    def enter(self, job: Dict[str, Any], timeout: float = 30.0) -> None:
+        job_id = job["id"]
+        with self._cond:
+            self.started.append(job_id)
+            self._cond.notify_all()
+            ok = self._cond.wait_for(lambda: self._all_open or job_id in self._open, timeout)
+        if not ok:
+            raise RuntimeError("gate never opened")
+        with self._cond:
+            self.exited[job_id] = time.monotonic()
+            self._cond.notify_all()
+
+    def open(self, *job_ids: str) -> None:
+        with self._cond:
+            self._open.update(job_ids)
+            self._cond.notify_all()
+
+    def open_all(self) -> None:
+        with self._cond:
+            self._all_open = True
+            self._cond.notify_all()
+
+    def wait_started(self, n: int, timeout: float = 10.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.started) >= n, timeout)
+
+    def running(self) -> List[str]:
+        with self._cond:
+            return [j for j in self.started if j not in self.exited]
+
+
+def write_script(directory: str, name: str, body: str) -> str:
+    """Write a handler script (dedented) into ``directory``; returns its path."""
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(textwrap.dedent(body))
+    return path
+
+
+def script_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The test process's environment without any RUNPOD_ variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPOD_")}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+def run_script(path: str, *args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+               timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Run a handler script to completion with this interpreter."""
+    return subprocess.run([sys.executable, path, *args], env=script_env(env), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def spawn_script(path: str, *args: str, env: Optional[Dict[str, str]] = None,
+                 cwd: Optional[str] = None) -> subprocess.Popen:
+    """Start a handler script as a worker process."""
+    return subprocess.Popen([sys.executable, path, *args], env=script_env(env), cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
