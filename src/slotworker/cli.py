@@ -1,0 +1,43 @@
+"""The ``slotworker`` console command.
+
+``slotworker platform ...``  serve the local platform (see ``--help``);
+``slotworker demo ...``      a burst through one real worker, with a report;
+``slotworker version``       print the version and the slot-counter backend.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+USAGE = """usage: slotworker {platform,demo,version} [options]
+
+  platform   serve the local platform on loopback (slotworker platform --help)
+  demo       run a burst of jobs through one worker and report (slotworker demo --help)
+  version    print the version and the slot-counter backend
+"""
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Dispatch a subcommand; returns its exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "platform":
+        from .platform.cli import main as platform_main
+        return platform_main(rest)
+    if command == "demo":
+        from .demo import main as demo_main
+        return demo_main(rest)
+    if command == "version":
+        from . import __version__, slots
+        print(f"slotworker {__version__} (slot counter: {slots.BACKEND})")
+        return 0
+    print(f"slotworker: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
