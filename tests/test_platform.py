@@ -74,6 +74,16 @@ def in_thread(fn: Any, *args: Any) -> "tuple[threading.Thread, Dict[str, Any]]":
     return t, box
 
 
+# ---------------------------------------------------------------- lifecycle
+def test_context_manager_starts_and_closes() -> None:
+    with Platform(long_poll=0.1) as p:
+        assert p.start() is p  # idempotent
+        assert take(p).status_code == 204
+    with pytest.raises(requests.ConnectionError):
+        requests.get(take_url(p), timeout=WAIT)
+    Platform().close()  # closing an unstarted platform is fine
+
+
 # ---------------------------------------------------------------- environment
 def test_worker_env_follows_the_protocol_templates(platform: Platform) -> None:
     env = platform.worker_env("w7")
@@ -130,6 +140,18 @@ def test_held_take_returns_as_soon_as_a_job_arrives(make_platform: Any) -> None:
     assert box["result"].json()["id"] == job_id
     (ev,) = p.takes()
     assert ev.t_end - ev.t_start < 15.0  # well before the 30 s long poll
+
+
+def test_events_are_listed_in_arrival_order_and_carry_job_in_progress(make_platform: Any) -> None:
+    p = make_platform(long_poll=30.0)
+    t, _ = in_thread(lambda: requests.get(take_url(p, jip=1), timeout=WAIT))
+    assert p.wait_until(lambda q: q.counts()["waiting_takes"] == 1, WAIT)
+    ping(p)
+    p.submit(1)
+    t.join(WAIT)
+    held, later = p.events
+    assert (held.kind, later.kind) == ("take", "ping")
+    assert held.t_end >= later.t_end and held.job_in_progress is True
 
 
 def test_take_cost_is_paid_once_per_take_not_per_job(make_platform: Any) -> None:
