@@ -40,9 +40,11 @@ def build_parser(prog: str = "python -m slotworker.platform") -> argparse.Argume
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Serve until SIGINT or SIGTERM; print the worker environment first."""
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
+    """Serve until SIGINT or SIGTERM; print the worker environment first.
+
+    `prog` names the command in usage messages (`slotworker platform`)."""
+    args = (build_parser(prog) if prog else build_parser()).parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faults = Faults(

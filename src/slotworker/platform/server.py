@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import faults as F
-from .state import FINAL_STATES, Event
+from .state import Event
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core import Platform
@@ -481,8 +481,3 @@ class PlatformHandler(BaseHTTPRequestHandler):
             return self.server.platform.submit(body["input"], job_id=job_id, webhook=webhook)
         except ValueError as exc:
             raise _BadRequest(409, str(exc)) from None
-
-
-def is_final(status: str) -> bool:
-    """True for a state a job never leaves."""
-    return status in FINAL_STATES
