@@ -10,6 +10,7 @@ an extension must not pass as a quiet fallback.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -436,6 +437,24 @@ def test_resize_from_another_thread_never_breaks_the_count(SlotCounter: type) ->
     errors = _run_threads([resizer] + [user] * 4)
     assert not errors, errors[:3]
     assert c.snapshot() == (4, 0)
+
+
+def test_c_core_holds_up_under_threads_without_the_gil(tmp_path) -> None:
+    # ext/test_slotcore.c hammers the core from pthreads, with no Python
+    # and so no GIL: what free-threaded CPython would do to it.
+    ext = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ext")
+    compiler = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if compiler is None or not os.path.exists(os.path.join(ext, "test_slotcore.c")):
+        pytest.skip("needs a C compiler and the ext/ sources")
+    exe = str(tmp_path / "test_slotcore")
+    subprocess.run(
+        [compiler, "-O2", "-pthread", "-I", ext, os.path.join(ext, "test_slotcore.c"),
+         os.path.join(ext, "slotcore.c"), "-o", exe],
+        check=True, timeout=120,
+    )
+    proc = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "failures=0" in proc.stdout
 
 
 # --- the selector ----------------------------------------------------------
