@@ -9,11 +9,12 @@ is full it waits on :attr:`Scaler.job_exited` as the take policy says (see
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from .client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
 from .policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
@@ -50,6 +51,9 @@ class Scaler:
         # job_exited: notified by every job's thread as it releases its slot,
         # and by shutdown(); waited on by the fetch thread when it is full.
         self.job_exited = threading.Condition(self._mutex)
+        # Jobs taken ahead of their slot (policies with reserves=False), in
+        # arrival order; guarded by _mutex. Each starts as a slot frees.
+        self.pending: Deque[Any] = collections.deque()
         self.executor = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="slotworker-job")
         self.loops = 0       # fetch-loop iterations (tests count these)
         self.takes = 0       # take requests sent
@@ -71,6 +75,7 @@ class Scaler:
             self.slots.resize(wanted)
             log.debug("concurrency set to %d", wanted)
             with self.job_exited:  # raising capacity may end a full wait
+                self._start_pending()
                 self.job_exited.notify_all()
         return wanted
 
@@ -117,12 +122,15 @@ class Scaler:
             if want <= 0:
                 self.policy.wait_full(self)
                 continue
-            granted = self.slots.try_acquire(want)
-            if granted == 0:
-                continue
+            if self.policy.reserves:
+                granted = self.slots.try_acquire(want)
+                if granted == 0:
+                    continue
+            else:
+                granted = 0  # taken ahead: each job claims its slot as it frees (_admit)
             started = time.monotonic()
             try:
-                jobs = self._take(granted)
+                jobs = self._take(granted or want, granted)
             except Throttled:
                 self.slots.release(granted)
                 log.warning("platform throttled the take (429); waiting %.0fs", THROTTLE_BACKOFF)
@@ -137,16 +145,19 @@ class Scaler:
                 continue
             backoff = ERROR_BACKOFF[0]
             elapsed = time.monotonic() - started
-            self.policy.observe_take(self, granted, len(jobs), elapsed)
-            self._dispatch(jobs, granted)
+            self.policy.observe_take(self, granted or want, len(jobs), elapsed)
+            if self.policy.reserves:
+                self._dispatch(jobs, granted)
+            else:
+                self._admit(jobs)
             if not jobs and elapsed < EMPTY_TAKE_FLOOR:
                 stopping.wait(EMPTY_TAKE_FLOOR - elapsed)
         log.debug("fetch loop stopped")
 
-    def _take(self, n: int) -> List[Any]:
+    def _take(self, n: int, reserved: int) -> List[Any]:
         self.takes += 1
-        # The n slots just reserved are this take's; any others are running jobs.
-        jobs = self.client.take(n, job_in_progress=self.slots.in_use > n)
+        # The slots just reserved are this take's; any others are running jobs.
+        jobs = self.client.take(n, job_in_progress=self.slots.in_use > reserved)
         self.jobs_taken += len(jobs)
         if jobs:
             log.debug("took %d job(s) of %d asked", len(jobs), n)
@@ -164,8 +175,25 @@ class Scaler:
                             len(jobs), granted)
             self.executor.submit(self._job_thread, job, holds_slot)
 
+    def _admit(self, jobs: List[Any]) -> None:
+        """Queue jobs taken ahead of their slots; start those that have one."""
+        with self._mutex:
+            self.pending.extend(jobs)
+            self._start_pending()
+
+    def _start_pending(self) -> None:
+        """Start pending jobs, oldest first, while slots are free. Hold ``_mutex``.
+
+        Every slot release is followed by this call under the lock, so a
+        pending job never waits beside a free slot.
+        """
+        pending = self.pending
+        while pending and self.slots.try_acquire(1):
+            self.executor.submit(self._job_thread, pending.popleft(), True)
+
     def _job_thread(self, job: Any, holds_slot: bool) -> None:
         started = time.monotonic()
+        self.policy.observe_start(self)
         try:
             self.runner.run(job)
         finally:
@@ -173,15 +201,21 @@ class Scaler:
                 self.slots.release(1)
             self.policy.observe_job(self, time.monotonic() - started)
             with self.job_exited:
+                if self.pending:
+                    self._start_pending()
                 self.job_exited.notify_all()
 
     # -- shutdown -------------------------------------------------------------------
     def drain(self, deadline: float) -> int:
-        """Wait until no slot is held or ``deadline``; returns jobs still running."""
+        """Wait until no slot is held and nothing is pending, or ``deadline``.
+
+        Returns the jobs not finished: running, plus pending ones (taken, so
+        they are run, not abandoned).
+        """
         with self.job_exited:
-            while self.slots.in_use > 0:
+            while self.slots.in_use > 0 or self.pending:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self.job_exited.wait(remaining)
-        return self.slots.in_use
+            return self.slots.in_use + len(self.pending)
