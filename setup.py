@@ -20,6 +20,7 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IS_CPYTHON = platform.python_implementation() == "CPython"
@@ -102,6 +103,27 @@ class optional_build_ext(build_ext):
             say(f"built {ext.name}")
 
 
+class sdist_with_ext(sdist):
+    """sdist that ships all of ext/ and, when Cython is here, ext/_slots.c.
+
+    setuptools only packs an extension's sources; the header and the cffi
+    build script are needed too, and the generated C lets an install
+    without Cython still build the fast backend.
+    """
+
+    def make_release_tree(self, base_dir: str, files: list) -> None:
+        try:
+            cythonize_sources()
+        except Exception as exc:
+            say(f"sdist without {CYTHON_C} ({type(exc).__name__}: {exc})")
+        ext_dir = os.path.join(HERE, "ext")
+        extra = [
+            f"ext/{name}" for name in sorted(os.listdir(ext_dir))
+            if name.endswith((".c", ".h", ".pyx", ".py"))
+        ]
+        super().make_release_tree(base_dir, sorted(set(files) | set(extra)))
+
+
 def extensions() -> list:
     exts = []
     if IS_CPYTHON:
@@ -125,5 +147,5 @@ def extensions() -> list:
 
 setup(
     ext_modules=extensions(),
-    cmdclass={"build_ext": optional_build_ext},
+    cmdclass={"build_ext": optional_build_ext, "sdist": sdist_with_ext},
 )
