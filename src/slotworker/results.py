@@ -5,11 +5,15 @@ Pure functions, no I/O: the runner and local mode share them.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
+import time
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
+from ._version import __version__
 from .settings import PROTOCOL_VERSION
 
 
@@ -67,3 +71,50 @@ def chunk_error(chunk: Any) -> "str | None":
 def plain_error(message: str) -> Dict[str, Any]:
     """An error result written by the worker itself (bad job, bad output, timeout)."""
     return {"error": message}
+
+
+def _processor() -> str:
+    """The CPU's model name, as runpod's debugger reports it (without py-cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "Unable to get processor info."
+
+
+def _utc(perf: float, now_perf: float, now_wall: float) -> str:
+    """A ``perf_counter`` reading as runpod's ``start_utc`` / ``stop_utc`` text."""
+    wall = now_wall - (now_perf - perf)
+    return datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).isoformat() + "Z"
+
+
+def debugger_output(started: float, ended: float, ready_at: Optional[float]) -> Dict[str, Any]:
+    """The ``rp_debugger`` entry that ``--rp_debugger`` adds to a dict output.
+
+    The shape of runpod's ``get_debugger_output()``: ``system_info``,
+    ``timestamps`` (here one checkpoint, ``run_job``, the handler call) and
+    ``ready_delay_ms`` (here: from ``start()`` to this job's start).
+    ``started`` / ``ended`` / ``ready_at`` are ``time.perf_counter()`` readings.
+    """
+    now_perf, now_wall = time.perf_counter(), time.time()
+    out: Dict[str, Any] = {
+        "system_info": {
+            "os": f"{platform.system()} {platform.release()}",
+            "processor": _processor(),
+            "python_version": platform.python_version(),
+            "runpod": PROTOCOL_VERSION,
+            "slotworker": __version__,
+        },
+        "timestamps": [{
+            "name": "run_job",
+            "start_utc": _utc(started, now_perf, now_wall),
+            "stop_utc": _utc(ended, now_perf, now_wall),
+            "duration_ms": (ended - started) * 1000,
+        }],
+    }
+    if ready_at is not None:
+        out["ready_delay_ms"] = (started - ready_at) * 1000
+    return out

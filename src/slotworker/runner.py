@@ -150,13 +150,7 @@ class JobRunner:
         self._finish(job_id, body, self.streams)
 
     def _debugger_output(self, started: float) -> Dict[str, Any]:
-        ended = time.perf_counter()
-        out: Dict[str, Any] = {"timestamps": [{
-            "name": "run_job", "start": started, "end": ended,
-            "duration_ms": round((ended - started) * 1000, 3)}]}
-        if self.ready_at is not None:
-            out["ready_delay_ms"] = round((started - self.ready_at) * 1000, 3)
-        return out
+        return results.debugger_output(started, time.perf_counter(), self.ready_at)
 
     # -- calling the handler ------------------------------------------------
     def _call(self, running: RunningJob, func: Callable[..., Any], *args: Any) -> Any:
