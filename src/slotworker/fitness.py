@@ -1,15 +1,33 @@
-"""Start-up fitness checks: functions that must pass before a deployed worker takes jobs."""
+"""Start-up fitness checks: functions that must pass before a deployed worker takes jobs.
+
+runpod 1.12.0's semantics (``rp_fitness.py``): checks run once, in
+registration order, before the first take, only in the deployed worker (not
+with ``--test_input`` or ``--rp_serve_api``). The first one that raises is
+logged, reported to the heartbeat URL as ``status=unhealthy`` (best effort,
+bounded), and the process ends at once with exit code 1 (``os._exit``: a broken
+environment may hold non-daemon threads that would block a normal exit).
+runpod's automatic GPU and system checks are not registered here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import logging
+import os
+import sys
+import time
+import traceback
 from typing import Any, Callable, List
+
+from .settings import PROTOCOL_VERSION
 
 log = logging.getLogger("slotworker")
 
 _checks: List[Callable[[], Any]] = []
+
+#: Seconds the unhealthy report may delay the exit (runpod: 2).
+REPORT_TIMEOUT = 2.0
 
 
 def register_fitness_check(func: Callable[[], Any]) -> Callable[[], Any]:
@@ -19,6 +37,7 @@ def register_fitness_check(func: Callable[[], Any]) -> Callable[[], Any]:
     test mode). One that raises ends the worker with exit code 1.
     """
     _checks.append(func)
+    log.debug("registered fitness check: %s", getattr(func, "__name__", repr(func)))
     return func
 
 
@@ -27,18 +46,66 @@ def clear_fitness_checks() -> None:
     _checks.clear()
 
 
-def run_fitness_checks() -> bool:
-    """Run the registered checks; False (after logging why) if one fails."""
+def report_unhealthy(check: str, reason: str) -> None:
+    """One best-effort ``GET`` of the ping URL with ``status=unhealthy``, as runpod sends it."""
+    ping_url = os.environ.get("RUNPOD_WEBHOOK_PING")
+    api_key = os.environ.get("RUNPOD_AI_API_KEY")
+    if not ping_url or ping_url == "PING_NOT_SET" or not api_key:
+        return
+    worker_id = os.environ.get("RUNPOD_POD_ID", "")
+    url = ping_url.replace("$RUNPOD_POD_ID", worker_id).replace("$ID", worker_id)
+    try:
+        import requests
+
+        with requests.Session() as session:
+            session.trust_env = False
+            session.get(url, headers={"Authorization": api_key}, timeout=REPORT_TIMEOUT,
+                        allow_redirects=False,
+                        params={"status": "unhealthy", "check": check, "reason": reason[:256],
+                                "runpod_version": PROTOCOL_VERSION})
+    except Exception:  # best effort: the exit is the guarantee, not this report
+        log.debug("unhealthy report not sent", exc_info=True)
+
+
+def _exit_unhealthy() -> None:
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(1)
+
+
+def run_fitness_checks(exit_on_failure: bool = True) -> bool:
+    """Run the registered checks in order.
+
+    On the first failure: log it, report it, and end the process with exit
+    code 1 (``exit_on_failure=False``: return False instead). True when every
+    check passed (or none is registered).
+    """
+    if not _checks:
+        log.debug("no fitness checks registered, skipping")
+        return True
+    log.info("running %d fitness check(s)...", len(_checks))
+    total = time.perf_counter()
     for check in list(_checks):
         name = getattr(check, "__name__", repr(check))
+        started = time.perf_counter()
         try:
             result = check()
             if inspect.isawaitable(result):
                 asyncio.run(_await(result))
-        except BaseException as exc:
-            log.error("fitness check %s failed: %s: %s", name, type(exc).__name__, exc)
-            return False
-        log.debug("fitness check %s passed", name)
+        except Exception as exc:
+            log.error("Fitness check failed: %s | %s: %s", name, type(exc).__name__, exc)
+            log.debug("traceback:\n%s", traceback.format_exc())
+            report_unhealthy(name, f"{type(exc).__name__}: {exc}")
+            if not exit_on_failure:
+                return False
+            log.error("Worker is unhealthy, exiting.")
+            _exit_unhealthy()
+        log.debug("fitness check passed: %s (%.2fms)", name, (time.perf_counter() - started) * 1000)
+    log.info("all fitness checks passed (%.2fms)", (time.perf_counter() - total) * 1000)
     return True
 
 
