@@ -88,6 +88,10 @@ class JobRunner:
         self.watchdog = watchdog
         self.lifecycle = lifecycle
         self.on_refresh = on_refresh
+        #: Final results given up on (shutdown past its grace, or refused):
+        #: each is logged as LOST with its job id; the worker exits 1 if any.
+        self.lost_results = 0
+        self._lost_lock = threading.Lock()
 
     # -- the job's life -----------------------------------------------------
     def run(self, job: Any) -> None:
@@ -275,6 +279,9 @@ class JobRunner:
                 log.error("LOST: platform rejected the result: %s", exc, extra={"job_id": job_id})
         if sent:
             log.info("Finished.", extra={"job_id": job_id})
+        else:
+            with self._lost_lock:
+                self.lost_results += 1
         if body.get("stopPod"):
             self.on_refresh(job_id)
 

@@ -89,8 +89,9 @@ class Worker:
         """Run until shutdown completes; returns the process exit code.
 
         0 when every job taken reported (or was stopped by the platform);
-        1 when a fitness check failed or jobs were still running when the
-        grace period ran out (each is logged by id as lost).
+        1 when a fitness check failed, jobs were still running when the
+        grace period ran out, or a final result could not be posted (each
+        is logged by id as lost).
         """
         if not run_fitness_checks():
             return 1
@@ -132,5 +133,8 @@ class Worker:
         self.watchdog.close()
         self.scaler.executor.shutdown(wait=not left)
         self.client.close()
+        if self.runner.lost_results:
+            log.error("LOST: %d final result(s) could not be posted (see the LOST lines above for their ids)",
+                      self.runner.lost_results)
         log.info("worker stopped")
-        return 1 if left else 0
+        return 1 if left or self.runner.lost_results else 0
