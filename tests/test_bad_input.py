@@ -1,0 +1,132 @@
+"""Bad input and bad output: malformed jobs, unserialisable results, handlers
+that raise SystemExit, results too large for the platform. The worker goes on."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from support import WorkerThread
+
+DEADLINE = 30.0
+
+
+class Records(logging.Handler):
+    """Rendered records of the ``slotworker`` logger while installed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: List[str] = []
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._guard:
+            self.lines.append(f"{record.levelname} {getattr(record, 'job_id', '-')} {record.getMessage()}")
+
+    def text(self) -> str:
+        with self._guard:
+            return "\n".join(self.lines)
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    logger = logging.getLogger("slotworker")
+    handler = Records()
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+
+
+def echo(job: Dict[str, Any]) -> Any:
+    return {"echo": job["input"]}
+
+
+def error_of(platform: Any, job_id: str) -> str:
+    status = platform.status(job_id)
+    assert status["status"] == "FAILED", status
+    return json.dumps(status["error"])
+
+
+def test_job_without_id_is_logged_and_the_worker_goes_on(platform, records):
+    platform.submit_raw({"input": {"x": 1}})
+    after = platform.submit({"y": 2})
+    with WorkerThread(platform, echo, concurrency=1):
+        assert platform.wait_final([after], DEADLINE)
+    assert "no id" in records.text()
+    assert platform.status(after)["output"] == {"echo": {"y": 2}}
+
+
+def test_job_without_input_gets_an_error_result(platform):
+    platform.submit_raw({"id": "no-input-job"})
+    after = platform.submit({"y": 2})
+    with WorkerThread(platform, echo, concurrency=1):
+        assert platform.wait_final([after], DEADLINE)
+        assert platform.wait_until(lambda p: any("no-input-job" in e.job_ids for e in p.events
+                                                 if e.kind == "done"), DEADLINE)
+    post = [e for e in platform.events if e.kind == "done" and "no-input-job" in e.job_ids][0]
+    assert "missing field(s): input" in json.loads(post.body)["error"]
+
+
+def test_a_non_dict_job_in_a_batch_does_not_stop_the_others(platform, records):
+    platform.submit_raw("not a job")
+    platform.submit_raw(["nor", "this"])
+    platform.submit_raw(None)
+    ids = [platform.submit({"i": i}) for i in range(4)]
+    with WorkerThread(platform, echo, concurrency=8):
+        assert platform.wait_final(ids, DEADLINE)
+    assert "malformed job" in records.text()
+    assert all(platform.status(j)["status"] == "COMPLETED" for j in ids)
+
+
+def test_unserialisable_output_is_an_error_result_not_a_lost_job(platform):
+    job_id = platform.submit({})
+    with WorkerThread(platform, lambda job: {"value": object()}, concurrency=1):
+        assert platform.wait_final([job_id], DEADLINE)
+    assert "not JSON-serialisable" in error_of(platform, job_id)
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
+def test_handler_raising_systemexit_or_keyboardinterrupt_is_an_error_and_the_worker_goes_on(platform, exc):
+    def handler(job: Dict[str, Any]) -> Any:
+        if job["input"].get("boom"):
+            raise exc
+        return "fine"
+
+    bad = platform.submit({"boom": True})
+    good = platform.submit({})
+    worker = WorkerThread(platform, handler, concurrency=1).start()
+    try:
+        assert platform.wait_final([bad, good], DEADLINE)
+        assert type(exc).__name__ in error_of(platform, bad)
+        assert platform.status(good)["output"] == "fine"
+        assert worker.thread.is_alive()
+    finally:
+        assert worker.stop() == 0
+
+
+def test_output_too_large_for_the_platform_becomes_a_clear_error(make_platform, records):
+    platform = make_platform(max_body=1024 * 1024)
+    big = platform.submit({"size": 2 * 1024 * 1024})
+    after = platform.submit({"size": 10})
+    with WorkerThread(platform, lambda job: "x" * job["input"]["size"], concurrency=1):
+        assert platform.wait_final([big, after], DEADLINE)
+    assert "too large" in error_of(platform, big)
+    assert "413" in error_of(platform, big)
+    assert platform.status(after)["output"] == "x" * 10
+    assert platform.counts()["duplicates"] == 0
+
+
+def test_an_enormous_output_past_the_default_limit_becomes_a_clear_error(platform):
+    job_id = platform.submit({})
+    with WorkerThread(platform, lambda job: "y" * (80 * 1024 * 1024), concurrency=1):
+        assert platform.wait_final([job_id], 60)
+    assert "too large" in error_of(platform, job_id)
