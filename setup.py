@@ -17,6 +17,7 @@ import importlib.util
 import os
 import platform
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -136,6 +137,10 @@ def extensions() -> list:
     else:
         say(f"not building slotworker._slots on {platform.python_implementation()} "
             "(Cython extensions are for CPython; the cffi backend is used)")
+    if sysconfig.get_config_var("Py_GIL_DISABLED") and sys.version_info < (3, 14):
+        say("not building slotworker._slots_cffi: cffi does not support "
+            "free-threaded CPython 3.13 (3.14t on)")
+        return exts
     exts.append(Extension(
         "slotworker._slots_cffi",
         list(CORE_SOURCES),  # the cffi-generated C is prepended at build time

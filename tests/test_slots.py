@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 import warnings
 from typing import Callable, Dict, List, Tuple
@@ -23,7 +24,10 @@ from slotworker import slots
 
 REQUIRE_NATIVE = os.environ.get("SLOTWORKER_REQUIRE_NATIVE") == "1"
 IS_CPYTHON = sys.implementation.name == "cpython"
-EXPECTED_BACKENDS = ["cython", "cffi", "python"] if IS_CPYTHON else ["cffi", "python"]
+# cffi refuses free-threaded CPython 3.13 (it supports 3.14t on), so setup.py
+# does not build the cffi backend there.
+CFFI_BUILDS = not (sysconfig.get_config_var("Py_GIL_DISABLED") and sys.version_info < (3, 14))
+EXPECTED_BACKENDS = (["cython"] if IS_CPYTHON else []) + (["cffi"] if CFFI_BUILDS else []) + ["python"]
 NATIVE_BACKENDS = [name for name in EXPECTED_BACKENDS if name != "python"]
 
 SLOT_MAX = 2**31 - 1
