@@ -51,6 +51,9 @@ class PlatformHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 resets bursts of client connections
+    # (32 parallel /runsync calls against --rp_serve_api).
+    request_queue_size = 128
 
     def __init__(self, address: Tuple[str, int], platform: "Platform") -> None:
         self.platform = platform
