@@ -130,3 +130,45 @@ def test_an_enormous_output_past_the_default_limit_becomes_a_clear_error(platfor
     with WorkerThread(platform, lambda job: "y" * (80 * 1024 * 1024), concurrency=1):
         assert platform.wait_final([job_id], 60)
     assert "too large" in error_of(platform, job_id)
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot even be rendered."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+class BadItems(dict):
+    """A dict the JSON encoder cannot walk: items() raises."""
+
+    def items(self):  # type: ignore[override]
+        raise RuntimeError("items exploded")
+
+
+def test_an_exception_that_cannot_be_rendered_still_gives_an_error_result(platform):
+    def handler(job: Dict[str, Any]) -> Any:
+        raise Unprintable()
+
+    job_id = platform.submit({})
+    after = platform.submit({})
+    with WorkerThread(platform, handler, concurrency=1):
+        assert platform.wait_final([job_id, after], DEADLINE)
+    assert "Unprintable" in error_of(platform, job_id)
+
+
+def test_output_whose_encoding_raises_an_odd_error_still_gives_an_error_result(platform):
+    job_id = platform.submit({})
+    with WorkerThread(platform, lambda job: {"value": BadItems(a=1)}, concurrency=1):
+        assert platform.wait_final([job_id], DEADLINE)
+    assert "not JSON-serialisable" in error_of(platform, job_id)
+
+
+def test_a_stream_error_chunk_that_cannot_be_rendered_still_gives_an_error_result(platform):
+    def handler(job: Dict[str, Any]) -> Any:
+        yield {"error": Unprintable()}
+
+    job_id = platform.submit({})
+    with WorkerThread(platform, handler, concurrency=1):
+        assert platform.wait_final([job_id], DEADLINE)
+    assert platform.status(job_id)["status"] == "FAILED"

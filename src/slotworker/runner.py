@@ -44,6 +44,14 @@ def _discard_thread_loop() -> None:
             pass
 
 
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder when the exception cannot render itself."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
 def is_generator_handler(handler: Callable[..., Any]) -> bool:
     """True for handlers that stream (sync or async generator functions)."""
     return inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
@@ -105,6 +113,14 @@ class JobRunner:
             progress.bind(job_id, self)
             try:
                 self._run(job, running)
+            except JobInterrupted:
+                raise
+            except BaseException as exc:  # a bug of ours, or a value that broke the shaping
+                log.exception("internal error while running the job; reporting it as an error",
+                              extra={"job_id": job_id})
+                if not running.reported:
+                    self._finish(job_id, results.plain_error(
+                        f"Worker internal error while handling the job: {type(exc).__name__}"), False, running)
             finally:
                 running.finish()
                 progress.unbind(job_id)
@@ -127,7 +143,7 @@ class JobRunner:
         job_id = running.job_id
         if "input" not in job:
             log.error("job has no input; reporting an error", extra={"job_id": job_id})
-            self._finish(job_id, results.plain_error("Job has missing field(s): input."), False)
+            self._finish(job_id, results.plain_error("Job has missing field(s): input."), False, running)
             return
         if self.job_timeout:
             self.watchdog.arm(running, float(self.job_timeout))
@@ -151,7 +167,7 @@ class JobRunner:
             body["stopPod"] = True
         if self.debugger and isinstance(body.get("output"), dict):
             body["output"]["rp_debugger"] = self._debugger_output(started)
-        self._finish(job_id, body, self.streams)
+        self._finish(job_id, body, self.streams, running)
 
     def _debugger_output(self, started: float) -> Dict[str, Any]:
         return results.debugger_output(started, time.perf_counter(), self.ready_at)
@@ -175,10 +191,13 @@ class JobRunner:
                 _discard_thread_loop()
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler too
-            log.error("Captured Handler Exception: %s: %s", type(exc).__name__, exc,
+            log.error("Captured Handler Exception: %s: %s", type(exc).__name__, _text(exc),
                       extra={"job_id": running.job_id})
-            return results.exception_result(exc, hostname=self.settings.hostname,
-                                            worker_id=self.settings.worker_id)
+            try:
+                return results.exception_result(exc, hostname=self.settings.hostname,
+                                                worker_id=self.settings.worker_id)
+            except Exception:  # an exception that cannot render itself
+                return results.plain_error(f"{type(exc).__name__}: {_text(exc)}")
         return results.shape_return(value)
 
     def _run_generator(self, job: Dict[str, Any], running: RunningJob) -> Optional[Dict[str, Any]]:
@@ -211,8 +230,11 @@ class JobRunner:
                 _discard_thread_loop()
             raise
         except BaseException as exc:
-            log.error("Generator handler raised: %s: %s", type(exc).__name__, exc, extra={"job_id": job_id})
-            return results.generator_error_result(exc)
+            log.error("Generator handler raised: %s: %s", type(exc).__name__, _text(exc), extra={"job_id": job_id})
+            try:
+                return results.generator_error_result(exc)
+            except Exception:  # an exception that cannot render itself
+                return results.plain_error(f"handler: {type(exc).__name__}: {_text(exc)}")
         finally:
             self._close_generator(gen, is_async)
         return {"output": aggregate}
@@ -252,13 +274,17 @@ class JobRunner:
             remaining = (lifecycle.deadline or 0.0) - time.monotonic()
             time.sleep(max(0.0, min(seconds, remaining)))
 
-    def _finish(self, job_id: str, body: Dict[str, Any], is_stream: bool) -> None:
+    def _finish(self, job_id: str, body: Dict[str, Any], is_stream: bool,
+                running: Optional[RunningJob] = None) -> None:
         """Post the final result, exactly once."""
+        if running is not None:
+            running.reported = True
         try:
             data = encode(body)
-        except (TypeError, ValueError) as exc:
-            log.error("handler output is not JSON-serialisable: %s", exc, extra={"job_id": job_id})
-            body = results.plain_error(f"Handler output is not JSON-serialisable: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # TypeError, ValueError, or whatever a custom object raises
+            log.error("handler output is not JSON-serialisable: %s", _text(exc), extra={"job_id": job_id})
+            body = results.plain_error(
+                f"Handler output is not JSON-serialisable: {type(exc).__name__}: {_text(exc)}")
             data = encode(body)
         try:
             sent = deliver(lambda: self.client.post_done(job_id, data, is_stream), job_id,

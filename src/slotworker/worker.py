@@ -80,7 +80,11 @@ class Worker:
                 log.warning("second signal %d: exiting now", signum)
                 logging.shutdown()
                 os._exit(128 + signum)
-            self.shutdown(f"signal {signal.Signals(signum).name}")
+            # Not here: the handler runs on the main thread between two of its
+            # bytecodes, maybe while it holds the fetch Condition's lock or an
+            # Event's (both plain Locks); taking them again would deadlock.
+            threading.Thread(target=self.shutdown, args=(f"signal {signal.Signals(signum).name}",),
+                             name="slotworker-signal", daemon=True).start()
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
