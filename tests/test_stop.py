@@ -225,3 +225,18 @@ def test_jobs_within_their_timeout_are_not_touched(platform):
     with WorkerThread(platform, lambda job: job["input"]["i"], concurrency=3, job_timeout=10):
         assert platform.wait_final(ids, DEADLINE)
     assert [platform.status(j)["output"] for j in ids] == list(range(6))
+
+
+def test_the_timeout_watchdog_does_not_keep_every_finished_job():
+    from slotworker.control import RunningJob, Watchdog
+
+    watchdog = Watchdog()
+    try:
+        for i in range(5000):
+            job = RunningJob(f"job-{i}")
+            watchdog.arm(job, 3600.0)
+            job.finish()
+            watchdog.disarm(job)
+        assert len(watchdog) < 1000
+    finally:
+        watchdog.close()

@@ -8,6 +8,10 @@ cannot swallow it. The exception is only ever raised while the thread is
 inside the handler: entering and leaving the handler, and raising, all
 happen under the job's lock, and a raise still pending when the handler
 returns is withdrawn.
+
+The exception is only delivered when the thread next runs Python bytecode:
+a handler blocked in one long C call (``time.sleep(600)``, a blocking read)
+is interrupted when that call returns, and its slot stays held until then.
 """
 
 from __future__ import annotations
@@ -106,6 +110,25 @@ class Watchdog:
         self._seq = itertools.count()
         self._closed = False
         self._thread: Optional[threading.Thread] = None
+        self._finished = 0  # entries in the heap whose job is over
+
+    def __len__(self) -> int:
+        """Entries in the deadline heap (finished jobs included until compacted)."""
+        return len(self._heap)
+
+    def disarm(self, job: RunningJob) -> None:
+        """``job`` is over (already :meth:`RunningJob.finish`-ed): its entry may go.
+
+        Entries are not removed one by one (that is O(n)); once most of the
+        heap is finished jobs it is rebuilt, so a long timeout at a high job
+        rate does not keep every job ever run in memory until its deadline.
+        """
+        with self._lock:
+            self._finished += 1
+            if self._finished > 256 and self._finished * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                self._finished = 0
 
     def arm(self, job: RunningJob, seconds: float) -> None:
         """Interrupt ``job`` with :class:`JobTimedOut` after ``seconds``."""
@@ -134,6 +157,8 @@ class Watchdog:
                 if self._closed:
                     return
                 _, _, job = heapq.heappop(self._heap)
+                if job.done and self._finished > 0:
+                    self._finished -= 1
             # Finished jobs are left in the heap; interrupting them is a no-op
             # because the runner marks them done on exit.
             if job.interrupt(JobTimedOut):

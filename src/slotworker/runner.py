@@ -123,6 +123,8 @@ class JobRunner:
                         f"Worker internal error while handling the job: {type(exc).__name__}"), False, running)
             finally:
                 running.finish()
+                if self.job_timeout:
+                    self.watchdog.disarm(running)
                 progress.unbind(job_id)
                 self.registry.remove(running)
         except JobInterrupted:
