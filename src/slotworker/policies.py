@@ -51,7 +51,7 @@ class TakePolicy:
         """Called after each successful take with its round trip."""
 
     def observe_start(self, scaler: "Scaler") -> None:
-        """Called from a job's thread as it starts."""
+        """Called as a job is handed its slot (lookahead's pending jobs only)."""
 
     def observe_job(self, scaler: "Scaler", seconds: float) -> None:
         """Called from a job's thread as it exits, with its run time."""

@@ -189,11 +189,13 @@ class Scaler:
         """
         pending = self.pending
         while pending and self.slots.try_acquire(1):
+            # Observed here, not in the job's thread, so that the fetch loop's
+            # next look already counts it.
+            self.policy.observe_start(self)
             self.executor.submit(self._job_thread, pending.popleft(), True)
 
     def _job_thread(self, job: Any, holds_slot: bool) -> None:
         started = time.monotonic()
-        self.policy.observe_start(self)
         try:
             self.runner.run(job)
         finally:
