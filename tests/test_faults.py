@@ -138,7 +138,7 @@ def test_failing_takes_back_off_without_spinning(make_platform, records, fault):
 
 def test_platform_down_for_a_while_then_every_job_reports_once(platform, records):
     ids = [platform.submit({"i": i}) for i in range(10)]
-    platform.set_down(3.0)
+    platform.set_down(2.0)
     with WorkerThread(platform, echo, concurrency=4):
         assert platform.wait_until(lambda p: len(p.takes()) >= 1, DEADLINE)
         assert_exactly_once(platform, ids)
@@ -199,7 +199,7 @@ def test_heartbeat_keeps_its_pace_while_every_slot_hogs_the_cpu(platform):
     interval = 0.2
     ids = [platform.submit({"i": i}) for i in range(4)]
     env = EnvPlatform(platform, RUNPOD_PING_INTERVAL=str(int(interval * 1000)))
-    with WorkerThread(env, lambda job: _burn(3.0), concurrency=4):
+    with WorkerThread(env, lambda job: _burn(2.0), concurrency=4):
         assert platform.wait_until(lambda p: p.counts()["in_progress"] == 4, DEADLINE)
         busy_from = time.monotonic()
         assert platform.wait_final(ids, DEADLINE)
