@@ -240,3 +240,34 @@ def test_the_timeout_watchdog_does_not_keep_every_finished_job():
         assert len(watchdog) < 1000
     finally:
         watchdog.close()
+
+
+def test_a_stop_that_arrives_before_its_job_starts_is_applied_when_it_does():
+    from slotworker.control import JobStopped, Registry, RunningJob
+
+    registry = Registry()
+    assert registry.stop("early") is False  # assigned to us, not started yet
+    job = RunningJob("early")
+    registry.add(job)
+    assert job.stop_reason is JobStopped
+    other = RunningJob("other")
+    registry.add(other)
+    assert other.stop_reason is None
+
+
+@cpython_only
+def test_a_job_stopped_before_it_starts_never_runs_and_sends_nothing(platform):
+    h = Handlers()
+    blocker = platform.submit({})
+    with WorkerThread(platform, h.stepping, concurrency=1) as worker:
+        assert h.wait(lambda: blocker in h.started)
+        queued = platform.submit({})
+        # The worker's registry learns of the stop before the job is taken.
+        worker.worker.registry.stop(queued)
+        h.release.set()
+        assert platform.wait_final([blocker], DEADLINE)
+        assert platform.wait_until(lambda p: p.status(queued)["status"] == "IN_PROGRESS", DEADLINE)
+        after = platform.submit({})
+        assert platform.wait_final([after], DEADLINE)
+    assert queued not in h.started
+    assert done_posts(platform, queued) == []

@@ -135,7 +135,7 @@ class PlatformClient:
         except requests.RequestException as exc:
             raise PlatformError(f"{type(exc).__name__}: {exc}") from exc
         status = response.status_code
-        if status >= 500 or status == 429:
+        if status >= 500 or status in (408, 425, 429):  # worth another try
             raise PlatformError(f"platform answered {status}")
         if status >= 300:
             raise Rejected(status, response.text)

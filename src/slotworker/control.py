@@ -16,6 +16,7 @@ is interrupted when that call returns, and its slot stays held until then.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import heapq
 import itertools
@@ -26,6 +27,13 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 log = logging.getLogger("slotworker")
+
+
+#: A stop for a job not (yet) running here is applied if the job starts
+#: within this many seconds...
+EARLY_STOP_SECONDS = 120.0
+#: ...and at most this many such stops are remembered.
+EARLY_STOP_MAX = 1024
 
 
 class JobInterrupted(BaseException):
@@ -166,15 +174,27 @@ class Watchdog:
 
 
 class Registry:
-    """The jobs running on this worker, by id."""
+    """The jobs running on this worker, by id.
+
+    A stop can arrive before its job is registered: the platform assigns a
+    job, then names it on the stop channel, while the take's answer is still
+    on its way to the fetch thread or the job's thread is starting. Such
+    stops are remembered for a while (:data:`EARLY_STOP_SECONDS`, at most
+    :data:`EARLY_STOP_MAX` of them) and applied when the job is added.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: Dict[str, RunningJob] = {}
+        self._early: "collections.OrderedDict[str, float]" = collections.OrderedDict()
 
     def add(self, job: RunningJob) -> None:
+        """Register a job that starts running here (stopping it at once if asked already)."""
         with self._lock:
             self._jobs[job.job_id] = job
+            asked = self._early.pop(job.job_id, None)
+        if asked is not None and time.monotonic() - asked <= EARLY_STOP_SECONDS:
+            job.interrupt(JobStopped)
 
     def remove(self, job: RunningJob) -> None:
         with self._lock:
@@ -189,9 +209,16 @@ class Registry:
         return len(self._jobs)
 
     def stop(self, job_id: str) -> bool:
-        """Stop the job with this id, if it runs here."""
+        """Stop the job with this id if it runs here; else remember the ask for a while."""
         with self._lock:
             job = self._jobs.get(job_id)
+            if job is None:
+                now = time.monotonic()
+                self._early[job_id] = now
+                self._early.move_to_end(job_id)
+                while self._early and (len(self._early) > EARLY_STOP_MAX
+                                       or now - next(iter(self._early.values())) > EARLY_STOP_SECONDS):
+                    self._early.popitem(last=False)
         if job is None:
             return False
         return job.interrupt(JobStopped)

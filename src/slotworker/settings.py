@@ -17,6 +17,9 @@ from urllib.parse import quote, urlencode
 PROTOCOL_VERSION = "1.12.0"
 
 DEFAULT_PING_INTERVAL_MS = 10000
+#: A smaller (or zero, or negative) RUNPOD_PING_INTERVAL would ping in a
+#: tight loop; it is raised to this.
+MIN_PING_INTERVAL_MS = 50
 
 
 def add_query(url: str, **params: object) -> str:
@@ -103,7 +106,7 @@ class Settings:
             ping_url=_fill(env.get("RUNPOD_WEBHOOK_PING"), worker_id, False),
             api_key=env.get("RUNPOD_AI_API_KEY", ""),
             worker_id=worker_id,
-            ping_interval=max(interval_ms, 1) / 1000.0,
+            ping_interval=max(interval_ms, MIN_PING_INTERVAL_MS) / 1000.0,
             endpoint_id=env.get("RUNPOD_ENDPOINT_ID"),
             hostname=env.get("RUNPOD_POD_HOSTNAME"),
             log_level=env.get("RUNPOD_LOG_LEVEL") or env.get("RUNPOD_DEBUG_LEVEL"),

@@ -126,6 +126,10 @@ class Worker:
         if self.fetch_thread is not None:
             # A take in flight is waited for: jobs in its answer are ours to run.
             self.fetch_thread.join(max(0.0, deadline - time.monotonic()))
+            if self.fetch_thread.is_alive():
+                log.error("LOST?: a take was still in flight when the %.0fs grace period ran out; "
+                          "jobs the platform puts in it will not run here (it requeues them on its "
+                          "job timeout)", self.grace)
         left = self.scaler.drain(deadline)
         self.stop_channel.stop()
         if left:
