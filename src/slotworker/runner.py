@@ -160,8 +160,14 @@ class JobRunner:
             log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
             return
         except JobTimedOut:
-            log.error("Job timed out after %ss.", self.job_timeout, extra={"job_id": job_id})
-            body = results.plain_error(f"Job timed out: it ran longer than the job timeout of {self.job_timeout} s.")
+            body = self._timed_out(job_id)
+        # A stop that came in while the handler was finishing (or anywhere,
+        # where no exception can be raised in a thread, as on PyPy) still
+        # means no result; a timeout still means the timeout error.
+        if running.stop_reason is JobStopped:
+            body = None
+        elif running.stop_reason is JobTimedOut and not (body or {}).get("error"):
+            body = self._timed_out(job_id)
         if body is None:  # a generator stopped at a yield
             log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
             return
@@ -170,6 +176,10 @@ class JobRunner:
         if self.debugger and isinstance(body.get("output"), dict):
             body["output"]["rp_debugger"] = self._debugger_output(started)
         self._finish(job_id, body, self.streams, running)
+
+    def _timed_out(self, job_id: str) -> Dict[str, Any]:
+        log.error("Job timed out after %ss.", self.job_timeout, extra={"job_id": job_id})
+        return results.plain_error(f"Job timed out: it ran longer than the job timeout of {self.job_timeout} s.")
 
     def _debugger_output(self, started: float) -> Dict[str, Any]:
         return results.debugger_output(started, time.perf_counter(), self.ready_at)
