@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -332,6 +333,13 @@ def table(rows: List[Tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _interpreter(python: str) -> str:
+    """``python`` as an absolute path (a bare name is looked up on PATH); symlinks kept."""
+    if os.sep not in python:
+        return shutil.which(python) or python
+    return os.path.abspath(python)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run every case under both workers; the exit code (0: all match or explained)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -343,6 +351,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a case's results")
     parser.add_argument("--verbose", action="store_true", help="print the posted bodies of every case")
     args = parser.parse_args(argv)
+    # Workers run in a temporary directory: make relative interpreter paths absolute.
+    args.runpod_python = _interpreter(args.runpod_python)
+    args.slotworker_python = _interpreter(args.slotworker_python)
 
     why = runpod_available(args.runpod_python)
     if why is not None:
