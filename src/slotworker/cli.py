@@ -2,6 +2,7 @@
 
 ``slotworker platform ...``  serve the local platform (see ``--help``);
 ``slotworker demo ...``      a burst through one real worker, with a report;
+``slotworker bench ...``     the burst benchmark (arms alternating, reps, table);
 ``slotworker version``       print the version and the slot-counter backend.
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-USAGE = """usage: slotworker {platform,demo,version} [options]
+USAGE = """usage: slotworker {platform,demo,bench,version} [options]
 
   platform   serve the local platform on loopback (slotworker platform --help)
   demo       run a burst of jobs through one worker and report (slotworker demo --help)
+  bench      the burst benchmark of BENCH.md (slotworker bench --help)
   version    print the version and the slot-counter backend
 """
 
@@ -31,6 +33,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if command == "demo":
         from .demo import main as demo_main
         return demo_main(rest)
+    if command == "bench":
+        from .burst import main as bench_main
+        return bench_main(rest)
     if command == "version":
         from . import __version__, slots
         print(f"slotworker {__version__} (slot counter: {slots.BACKEND})")
