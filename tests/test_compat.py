@@ -155,6 +155,36 @@ def test_fitness_checks_do_not_run_in_local_test_mode(tmp_path: Any) -> None:
     assert "Fitness check" not in proc.stdout
 
 
+def test_fitness_checks_do_not_run_under_the_local_api(tmp_path: Any) -> None:
+    import socket
+    import urllib.request
+
+    path = write_script(str(tmp_path), "fit.py", FITNESS)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = spawn_script(path, "--rp_serve_api", "--rp_api_port", str(port), env={"FAIL": "sync"},
+                        cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                request = urllib.request.Request(f"http://localhost:{port}/runsync", method="POST",
+                                                 data=b'{"input": {}}')
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the local API never came up"
+                time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert answer["output"] == {"ran": True}
+    assert proc.returncode == 0, out
+    assert "fitness check(s) skipped" in out
+
+
 # -- logging -------------------------------------------------------------------------
 LOGGING = """
     import slotworker as runpod

@@ -46,6 +46,11 @@ def clear_fitness_checks() -> None:
     _checks.clear()
 
 
+def registered() -> List[Callable[[], Any]]:
+    """The registered checks, in the order they run (a copy)."""
+    return list(_checks)
+
+
 def report_unhealthy(check: str, reason: str) -> None:
     """One best-effort ``GET`` of the ping URL with ``status=unhealthy``, as runpod sends it."""
     ping_url = os.environ.get("RUNPOD_WEBHOOK_PING")

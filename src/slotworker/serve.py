@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict
 
+from . import fitness
 from .settings import Settings
 from .worker import Worker
 
@@ -16,8 +17,18 @@ log = logging.getLogger("slotworker")
 
 
 def serve_api(config: Dict[str, Any], host: str = "localhost", port: int = 8000) -> int:
-    """Serve the API on ``host:port`` until SIGINT/SIGTERM; returns the exit code."""
+    """Serve the API on ``host:port`` until SIGINT/SIGTERM; returns the exit code.
+
+    Fitness checks are for the deployed worker only (as in runpod): here they
+    are skipped, so a check that needs the production machine (a GPU, a
+    mounted model) does not stop local development.
+    """
     from .platform import Platform  # imported here: only this mode needs the server
+
+    if fitness.registered():
+        log.info("local API: %d fitness check(s) skipped (they run on the deployed worker only)",
+                 len(fitness.registered()))
+        fitness.clear_fitness_checks()
 
     platform = Platform(host=host, port=port, endpoint="local", long_poll=1.0)
     platform.start()
