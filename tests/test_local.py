@@ -274,3 +274,17 @@ def test_serve_api_calls_the_jobs_webhook_when_it_completes(served: Served) -> N
     assert received[0]["status"] == "COMPLETED"
     assert received[0]["output"]["echo"] == {"w": 1}
     assert served.stop() == 0
+
+
+def test_a_bad_log_level_in_the_environment_falls_back_to_info(handler_path: str, tmp_path: Any) -> None:
+    proc = run_script(handler_path, "--test_input", '{"input": {}}', env={"RUNPOD_LOG_LEVEL": "LOUD"},
+                      cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "is not a level" in proc.stdout
+
+
+def test_a_bad_rp_log_level_flag_exits_1(handler_path: str, tmp_path: Any) -> None:
+    proc = run_script(handler_path, "--test_input", '{"input": {}}', "--rp_log_level", "LOUD",
+                      cwd=str(tmp_path))
+    assert proc.returncode == 1
+    assert "invalid log level" in proc.stdout

@@ -31,8 +31,15 @@ def start(config: Dict[str, Any]) -> NoReturn:
     """
     config["reference_counter_start"] = time.perf_counter()
     settings = Settings.from_env()
-    logs.configure(settings.log_level or "INFO", json_lines=bool(settings.endpoint_id),
-                   secrets=[settings.api_key])
+    level = settings.log_level or "INFO"
+    try:
+        logs.parse_level(level)
+    except ValueError:
+        level = "INFO"  # a bad RUNPOD_LOG_LEVEL must not keep the worker from starting
+    logs.configure(level, json_lines=bool(settings.endpoint_id), secrets=[settings.api_key])
+    if level != (settings.log_level or "INFO"):
+        log.warning("RUNPOD_LOG_LEVEL=%r is not a level (ERROR, WARN, INFO, DEBUG, TRACE); using INFO",
+                    settings.log_level)
     try:
         config["rp_args"] = parse_rp_args()
     except ArgsError as exc:
