@@ -102,12 +102,10 @@ def test_random_requests_never_get_a_5xx(fuzzed, method, path, body, hdrs):
 
 @pytest.mark.xfail(strict=True, reason="platform bug, reported: methods without a do_<METHOD> "
                    "(PATCH, HEAD, OPTIONS, TRACE) get http.server's 501 instead of a 405")
-@settings(max_examples=20, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(method=st.sampled_from(["PATCH", "HEAD", "OPTIONS", "TRACE"]), path=paths())
-def test_unsupported_methods_are_refused_with_4xx(fuzzed, method, path):
-    status, _ = send(fuzzed, method, path, b"", {})
-    assert status < 500, (method, path, status)
+@pytest.mark.parametrize("method", ["PATCH", "OPTIONS", "TRACE"])
+def test_unsupported_methods_are_refused_with_4xx(fuzzed, method):
+    status, _ = send(fuzzed, method, "/v2/local/job-take/w1", b"", {})
+    assert status < 500, (method, status)
 
 
 def test_the_platform_is_still_up_and_consistent_after_fuzzing(fuzzed):
