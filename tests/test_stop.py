@@ -271,3 +271,35 @@ def test_a_job_stopped_before_it_starts_never_runs_and_sends_nothing(platform):
         assert platform.wait_final([after], DEADLINE)
     assert queued not in h.started
     assert done_posts(platform, queued) == []
+
+
+def test_a_plain_job_asked_to_stop_sends_no_result_even_where_it_cannot_be_interrupted(platform):
+    # Where no exception can be raised in its thread (PyPy) the handler runs
+    # out; either way the platform gets nothing for a stopped job.
+    h = Handlers()
+    job_id = platform.submit({})
+    with WorkerThread(platform, h.stepping, concurrency=1) as worker:
+        assert h.wait(lambda: job_id in h.started)
+        platform.stop_jobs([job_id])
+        assert platform.wait_until(lambda p: any(e.kind == "stop_poll" and job_id in e.job_ids
+                                                 for e in p.events), DEADLINE)
+        assert worker.worker.registry.ids() == [job_id] or job_id in h.ended
+        h.release.set()
+        after = platform.submit({})
+        assert platform.wait_final([after], DEADLINE)
+    assert done_posts(platform, job_id) == []
+    assert running(platform, job_id)
+
+
+def test_a_plain_job_past_its_timeout_reports_the_timeout_even_where_it_cannot_be_interrupted(platform):
+    def slow(job: Dict[str, Any]) -> Any:
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            time.sleep(0.01)
+        return "too late"
+
+    job_id = platform.submit({})
+    with WorkerThread(platform, slow, concurrency=1, job_timeout=0.3):
+        assert platform.wait_final([job_id], DEADLINE)
+    status = platform.status(job_id)
+    assert status["status"] == "FAILED" and "timed out" in str(status["error"])
