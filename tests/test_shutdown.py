@@ -119,7 +119,7 @@ def taken(platform: Any) -> List[str]:
 
 
 def test_sigterm_mid_burst_stops_taking_and_every_taken_job_reports(platform, spawn):
-    ids = [platform.submit({"seconds": 0.3}) for _ in range(40)]
+    ids = [platform.submit({"seconds": 0.3}) for _ in range(60)]
     w = spawn(platform, slots=4)
     assert platform.wait_until(lambda p: p.counts()["completed"] >= 4 and p.counts()["in_progress"] >= 1,
                                DEADLINE), w.output()
@@ -131,7 +131,7 @@ def test_sigterm_mid_burst_stops_taking_and_every_taken_job_reports(platform, sp
     for job_id in got:
         assert platform.status(job_id)["status"] == "COMPLETED", job_id
     # Nothing taken after the signal, apart from a take already in flight.
-    late = [e for e in platform.takes() if e.t_start > at + 0.5]
+    late = [e for e in platform.takes() if e.t_start > at + 1.0]
     assert late == [], late
     assert exited - at < 20.0
     assert platform.counts()["duplicates"] == 0
