@@ -179,3 +179,23 @@ def test_a_zero_or_tiny_ping_interval_does_not_ping_in_a_tight_loop(value):
     from slotworker.settings import Settings
 
     assert Settings.from_env({"RUNPOD_PING_INTERVAL": value}).ping_interval >= 0.05
+
+
+def test_a_job_handed_out_twice_while_it_runs_is_reported_once(platform, records):
+    release = threading.Event()
+
+    def handler(job: Dict[str, Any]) -> Any:
+        assert release.wait(DEADLINE)
+        return "once"
+
+    job_id = platform.submit({}, job_id="twice")
+    platform.submit_raw({"id": "twice", "input": {}})  # the same job again, in the same batch
+    with WorkerThread(platform, handler, concurrency=4):
+        assert platform.wait_until(lambda p: sum(t.given for t in p.takes()) >= 2, DEADLINE)
+        release.set()
+        assert platform.wait_final([job_id], DEADLINE)
+        after = platform.submit({})
+        assert platform.wait_final([after], DEADLINE)
+    assert len([e for e in platform.events if e.kind == "done" and job_id in e.job_ids]) == 1
+    assert platform.counts()["duplicates"] == 0
+    assert "already running" in records.text()

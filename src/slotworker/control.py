@@ -188,13 +188,19 @@ class Registry:
         self._jobs: Dict[str, RunningJob] = {}
         self._early: "collections.OrderedDict[str, float]" = collections.OrderedDict()
 
-    def add(self, job: RunningJob) -> None:
-        """Register a job that starts running here (stopping it at once if asked already)."""
+    def add(self, job: RunningJob) -> bool:
+        """Register a job that starts running here (stopping it at once if asked already).
+
+        False, and nothing registered, when a job with its id runs here already.
+        """
         with self._lock:
+            if job.job_id in self._jobs:
+                return False
             self._jobs[job.job_id] = job
             asked = self._early.pop(job.job_id, None)
         if asked is not None and time.monotonic() - asked <= EARLY_STOP_SECONDS:
             job.interrupt(JobStopped)
+        return True
 
     def remove(self, job: RunningJob) -> None:
         with self._lock:

@@ -109,7 +109,13 @@ class JobRunner:
             if job_id is None:
                 return
             running = RunningJob(job_id)
-            self.registry.add(running)
+            if not self.registry.add(running):
+                # The platform handed out a job this worker is running already
+                # (requeued while we ran it, or twice in a batch): the first
+                # copy will report; a second result would be a duplicate.
+                log.warning("job is already running on this worker; this copy is dropped",
+                            extra={"job_id": job_id})
+                return
             progress.bind(job_id, self)
             try:
                 self._run(job, running)
