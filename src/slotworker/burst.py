@@ -198,6 +198,12 @@ class Run:
                         platform.wait_final(more, 30)
                         seen |= {platform.job(m).worker_id for m in more}
                         tries += 1
+                # A take sized while the warm job still held its slot may be in
+                # flight; wait for one sized after it (it ends empty), so every arm
+                # meets the burst with all its slots free, as a warm idle worker does.
+                warm_done = max(platform.job(w).finished_at or 0.0 for w in warm)
+                platform.wait_until(lambda p: all(any(t.worker_id == w and t.t_start > warm_done and t.given == 0
+                                                      for t in p.takes()) for w in workers), 15)
                 cpu0 = [cpu_seconds(p.pid) for p in procs]
                 started = time.monotonic()
                 if scenario == "sequential":
