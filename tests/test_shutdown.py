@@ -34,6 +34,10 @@ if os.environ.get("TEST_SAY_TAKE"):
 
 
 def handler(job):
+    if job["input"].get("sigterm_my_thread"):
+        # The kernel may deliver a process's SIGTERM to any thread: here, this one.
+        import signal, threading
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
     seconds = float(job["input"].get("seconds", 0))
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -208,3 +212,14 @@ def test_take_slowed_by_take_cost_at_sigterm_is_not_abandoned(make_platform, spa
     assert at < first.t_end
     assert platform.status(first.job_ids[0])["status"] == "COMPLETED"
     assert len(platform.takes()) == 1
+
+
+def test_sigterm_delivered_to_a_job_thread_still_shuts_down_promptly(platform, spawn):
+    # Python runs signal handlers on the main thread only; a main thread
+    # parked in one long wait would notice a signal caught by another thread
+    # only when that wait ended.
+    job_id = platform.submit({"sigterm_my_thread": True, "seconds": 0.2})
+    w = spawn(platform)
+    assert w.wait_line("shutting down", 10), w.output()
+    assert w.wait(10) == 0, w.output()
+    assert platform.status(job_id)["status"] == "COMPLETED"

@@ -31,6 +31,8 @@ log = logging.getLogger("slotworker")
 
 #: Seconds running jobs get to finish and report after shutdown starts.
 DEFAULT_SHUTDOWN_GRACE = 30.0
+#: Longest delay, in seconds, before the main thread runs a signal handler.
+SIGNAL_POLL = 0.1
 
 
 class Worker:
@@ -107,8 +109,12 @@ class Worker:
         self.fetch_thread = threading.Thread(target=self._fetch, name="slotworker-fetch", daemon=True)
         self.fetch_thread.start()
         try:
-            # A plain Event.wait() is interrupted by signals in the main thread.
-            while not self.lifecycle.stopping.wait(60.0):
+            # Short waits, not one long one: Python runs a signal handler in
+            # the main thread only when that thread runs bytecode. The kernel
+            # may deliver SIGTERM to any thread (a job's, the fetch thread in
+            # recv), and then a main thread blocked in a 60 s wait would take
+            # it up to 60 s later. SIGNAL_POLL bounds that delay.
+            while not self.lifecycle.stopping.wait(SIGNAL_POLL):
                 pass
         finally:
             code = self._finish()
