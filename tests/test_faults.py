@@ -208,3 +208,15 @@ def test_heartbeat_keeps_its_pace_while_every_slot_hogs_the_cpu(platform):
     assert len(pings) >= 5, pings
     gaps = [b - a for a, b in zip(pings, pings[1:])]
     assert max(gaps) < 3 * interval, gaps
+
+
+def test_a_failing_stop_channel_backs_off(make_platform):
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"stop_poll"}))
+    job_id = platform.submit({})
+    with WorkerThread(platform, echo, concurrency=1):
+        assert platform.wait_until(lambda p: any(e.kind == "stop_poll" for e in p.events), DEADLINE)
+        start = len([e for e in platform.events if e.kind == "stop_poll"])
+        time.sleep(3.5)  # a window to count requests in
+        polls = len([e for e in platform.events if e.kind == "stop_poll"]) - start
+        assert polls <= 2, polls  # 1 s, then 2 s, ...: not one a second
+        assert platform.wait_final([job_id], DEADLINE)

@@ -15,6 +15,8 @@ log = logging.getLogger("slotworker")
 #: An empty answer sooner than this is followed by a wait of the rest, so a
 #: platform that does not hold the poll open is not asked in a tight loop.
 POLL_FLOOR = 1.0
+#: After a failed poll: the first wait, doubled per failure up to the cap.
+ERROR_BACKOFF = (1.0, 30.0)
 
 
 class StopChannel:
@@ -39,6 +41,7 @@ class StopChannel:
         self._stop.set()
 
     def _run(self) -> None:
+        backoff = ERROR_BACKOFF[0]
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -47,9 +50,12 @@ class StopChannel:
                 self._stop.wait(THROTTLE_BACKOFF)
                 continue
             except PlatformError as exc:
-                log.warning("stop channel: %s", exc)
-                self._stop.wait(POLL_FLOOR)
+                # A platform without the route, or down: not once a second forever.
+                log.warning("stop channel: %s; retrying in %.0fs", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, ERROR_BACKOFF[1])
                 continue
+            backoff = ERROR_BACKOFF[0]
             for job_id in ids:
                 if self.registry.stop(job_id):
                     log.info("Stopping job.", extra={"job_id": job_id})
