@@ -207,6 +207,16 @@ class Scaler:
                     self._start_pending()
                 self.job_exited.notify_all()
 
+    def in_progress_ids(self) -> List[str]:
+        """Ids of the jobs this worker holds: running, and taken but not started.
+
+        The heartbeat reports both, so the platform does not requeue a job
+        that waits here for its slot.
+        """
+        with self._mutex:
+            waiting = [job["id"] for job in self.pending if isinstance(job, dict) and "id" in job]
+        return self.runner.registry.ids() + [str(job_id) for job_id in waiting]
+
     # -- shutdown -------------------------------------------------------------------
     def drain(self, deadline: float) -> int:
         """Wait until no slot is held and nothing is pending, or ``deadline``.

@@ -55,7 +55,7 @@ class Worker:
         self.runner = JobRunner(config, self.client, self.settings, self.registry, self.watchdog,
                                 self.lifecycle, on_refresh=self._refresh)
         self.scaler = Scaler(config, self.client, self.runner, self.slots, self.lifecycle)
-        self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.registry.ids)
+        self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.scaler.in_progress_ids)
         self.stop_channel = StopChannel(self.client, self.registry)
         self.fetch_thread: Optional[threading.Thread] = None
         self._signals = 0
@@ -139,7 +139,7 @@ class Worker:
         left = self.scaler.drain(deadline)
         self.stop_channel.stop()
         if left:
-            ids = self.registry.ids()
+            ids = self.scaler.in_progress_ids()
             self.lost = left
             log.error("LOST: %d job(s) still running after the %.0fs grace period, not reported: %s",
                       left, self.grace, ", ".join(ids) or "(starting)")
