@@ -22,14 +22,15 @@ class WorkerThread:
     """A :class:`Worker` running on a background thread against ``platform``."""
 
     def __init__(self, platform: Platform, handler: Callable[..., Any], concurrency: Optional[int] = None,
-                 worker_id: str = "w1", **config: Any) -> None:
+                 worker_id: str = "w1", env: Optional[Dict[str, str]] = None, **config: Any) -> None:
         config["handler"] = handler
         # SLOTWORKER_TEST_POLICY runs the suite under another take policy, e.g.
         # "fixed", to show which tests a fixed 1 s sleep would fail.
         config.setdefault("take_policy", os.environ.get("SLOTWORKER_TEST_POLICY", "drain"))
         if concurrency is not None and "concurrency_modifier" not in config:
             config["concurrency_modifier"] = lambda current: concurrency
-        self.worker = Worker(config, Settings.from_env(platform.worker_env(worker_id)))
+        environment = dict(platform.worker_env(worker_id), **(env or {}))
+        self.worker = Worker(config, Settings.from_env(environment))
         self.exit_code: Optional[int] = None
         self.thread = threading.Thread(target=self._run, name=f"test-worker-{worker_id}", daemon=True)
 

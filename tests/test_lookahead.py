@@ -51,11 +51,11 @@ def taken(platform, ids):
     return [j for j in ids if platform.job(j).first_taken_at is not None]
 
 
-def primed_with_pending(platform, gate, starts, slots=2):
+def primed_with_pending(platform, gate, starts, slots=2, env=None):
     """A lookahead worker with ``slots`` jobs blocked in the gate and ``slots`` taken
     ahead of them (pending). Returns (worker, blocked ids, pending ids, all ids)."""
     warm = [platform.submit({"warm": i}) for i in range(slots)]
-    wt = WorkerThread(platform, starts, concurrency=slots, take_policy="lookahead").start()
+    wt = WorkerThread(platform, starts, concurrency=slots, take_policy="lookahead", env=env).start()
     # The first full take measures the round trip; the warm jobs' exits, a job's run time.
     assert gate.wait_started(slots, DEADLINE)
     gate.open(*warm)
@@ -151,3 +151,22 @@ def test_shutdown_runs_and_reports_every_pending_job(make_platform):
     for j in blocked + ahead:
         assert platform.job(j).status == "COMPLETED", j
     assert platform.counts()["duplicates"] == 0
+
+
+def test_heartbeat_reports_jobs_taken_ahead_as_in_progress(make_platform):
+    platform = make_platform(take_cost=0.5, long_poll=0.5)
+    gate = Gate()
+    wt, blocked, ahead, ids = None, [], [], []
+    try:
+        wt, blocked, ahead, ids = primed_with_pending(platform, gate, Starts(gate.enter),
+                                                      env={"RUNPOD_PING_INTERVAL": "100"})
+        held = set(blocked + ahead)
+        # A job waiting for its slot is the worker's: the platform must not requeue it.
+        assert platform.wait_until(
+            lambda p: any(e.kind == "ping" and held <= set(e.query.get("job_id", "").split(","))
+                          for e in p.events), DEADLINE)
+    finally:
+        gate.open_all()
+        if wt is not None:
+            assert platform.wait_final(ids, DEADLINE)
+            wt.stop()
