@@ -16,6 +16,10 @@ from slotworker.platform import Platform
 
 EXAMPLES = 300
 
+# A thread of the platform dying (a webhook sender, a request handler) is a
+# failure here, not a warning.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 segment = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, blacklist_characters="/?#%"),
                   min_size=0, max_size=12)
 job_id = st.one_of(st.just("known-job"), st.uuids().map(str), segment)
@@ -106,6 +110,12 @@ def test_random_requests_never_get_a_5xx(fuzzed, method, path, body, hdrs):
 def test_unsupported_methods_are_refused_with_4xx(fuzzed, method):
     status, _ = send(fuzzed, method, "/v2/local/job-take/w1", b"", {})
     assert status < 500, (method, status)
+
+
+@pytest.mark.parametrize("webhook", ["G\U00038859", "ftp://x/y", "", "file:///etc/passwd"])
+def test_a_webhook_that_is_not_an_http_url_is_refused(fuzzed, webhook):
+    status, _ = send(fuzzed, "POST", "/run", json.dumps({"input": 1, "webhook": webhook}).encode(), {})
+    assert status == 400
 
 
 def test_the_platform_is_still_up_and_consistent_after_fuzzing(fuzzed):

@@ -475,7 +475,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
         if "input" not in body:
             raise _BadRequest(400, "missing 'input' in the request body")
         webhook = body.get("webhook")
-        if webhook is not None and not isinstance(webhook, str):
+        if webhook is not None and not (isinstance(webhook, str) and webhook.startswith(("http://", "https://"))):
             raise _BadRequest(400, "'webhook' must be a URL string")
         job_id = body.get("id")
         if job_id is not None and not isinstance(job_id, str):
