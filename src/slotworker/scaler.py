@@ -51,6 +51,10 @@ class Scaler:
         # job_exited: notified by every job's thread as it releases its slot,
         # and by shutdown(); waited on by the fetch thread when it is full.
         self.job_exited = threading.Condition(self._mutex)
+        # What each waiter on job_exited waits for. A job's exit notifies only
+        # when one of these holds, so a full worker is not woken once per job
+        # to find itself still full. Guarded by _mutex.
+        self._wake_when: List[Callable[[], bool]] = []
         # Jobs taken ahead of their slot (policies with reserves=False), in
         # arrival order; guarded by _mutex. Each starts as a slot frees.
         self.pending: Deque[Any] = collections.deque()
@@ -91,15 +95,21 @@ class Scaler:
         The predicate is checked under the Condition's lock, so a job that
         exits between the check and the wait is not missed.
         """
-        deadline = time.monotonic() + timeout
+        return self._wait(predicate, time.monotonic() + timeout, until_shutdown=True)
+
+    def _wait(self, predicate: Callable[[], bool], deadline: float, until_shutdown: bool) -> bool:
         stopping = self.lifecycle.stopping
         with self.job_exited:
-            while not (predicate() or stopping.is_set()):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.job_exited.wait(remaining)
-        return True
+            self._wake_when.append(predicate)
+            try:
+                while not (predicate() or (until_shutdown and stopping.is_set())):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self.job_exited.wait(remaining)
+                return True
+            finally:
+                self._wake_when.remove(predicate)
 
     def wake(self) -> None:
         """Wake the fetch thread (shutdown, capacity change)."""
@@ -205,7 +215,8 @@ class Scaler:
             with self.job_exited:
                 if self.pending:
                     self._start_pending()
-                self.job_exited.notify_all()
+                if any(wanted() for wanted in self._wake_when):
+                    self.job_exited.notify_all()
 
     def in_progress_ids(self) -> List[str]:
         """Ids of the jobs this worker holds: running, and taken but not started.
@@ -224,10 +235,6 @@ class Scaler:
         Returns the jobs not finished: running, plus pending ones (taken, so
         they are run, not abandoned).
         """
+        self._wait(lambda: self.slots.in_use == 0 and not self.pending, deadline, until_shutdown=False)
         with self.job_exited:
-            while self.slots.in_use > 0 or self.pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.job_exited.wait(remaining)
             return self.slots.in_use + len(self.pending)
