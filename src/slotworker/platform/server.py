@@ -199,6 +199,18 @@ class PlatformHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
+    def _not_allowed(self) -> None:
+        # Without a do_<METHOD>, http.server would answer 501 (a 5xx for bad
+        # client input). The body stays unread, so the connection closes.
+        self._error(405, f"method {self.command} is not allowed", close=True)
+
+    do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
+    def do_HEAD(self) -> None:
+        self.close_connection = True
+        self.wfile.write(f"{self.protocol_version} 405 Method Not Allowed\r\n"
+                         "Content-Length: 0\r\nConnection: close\r\n\r\n".encode("latin-1"))
+
     def _dispatch(self, method: str) -> None:
         t_start = time.monotonic()
         platform = self.server.platform
