@@ -21,7 +21,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from slotworker.platform import Faults, Platform
 

@@ -6,6 +6,7 @@ loopback port (see `slotworker.platform`); every one is closed at teardown.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any, Callable, Iterator, List
@@ -18,6 +19,7 @@ except ImportError:  # pragma: no cover
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from slotworker.platform import Platform
+from support import LogRecords
 
 
 @pytest.fixture
@@ -48,3 +50,18 @@ def make_platform() -> Iterator[Callable[..., Platform]]:
     finally:
         for p in made:
             p.close()
+
+
+@pytest.fixture
+def records() -> Iterator[LogRecords]:
+    """Captures the ``slotworker`` logger at DEBUG for the test (see support.LogRecords)."""
+    logger = logging.getLogger("slotworker")
+    handler = LogRecords()
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)

@@ -3,12 +3,14 @@ and running handler scripts as real processes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 from slotworker.platform import Platform
@@ -125,3 +127,38 @@ def spawn_script(path: str, *args: str, env: Optional[Dict[str, str]] = None,
     """Start a handler script as a worker process."""
     return subprocess.Popen([sys.executable, path, *args], env=script_env(env), cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+class LogRecords(logging.Handler):
+    """Every record of the ``slotworker`` logger while installed (the ``records`` fixture).
+
+    ``lines`` holds each as ``LEVEL job-id message``; :meth:`text` adds each
+    record's traceback and all its attributes, unredacted, so a secret that
+    reached the logger anywhere is found.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: List[str] = []
+        self._full: List[str] = []
+        self._guard = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = f"{record.levelname} {getattr(record, 'job_id', '-')} {record.getMessage()}"
+        full = line
+        if record.exc_info:
+            full += "\n" + "".join(traceback.format_exception(*record.exc_info))
+        full += " " + repr(record.__dict__)
+        with self._guard:
+            self.lines.append(line)
+            self._full.append(full)
+            self._guard.notify_all()
+
+    def text(self) -> str:
+        with self._guard:
+            return "\n".join(self._full)
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> bool:
+        """Wait until a record containing ``text`` has been logged."""
+        with self._guard:
+            return self._guard.wait_for(lambda: any(text in entry for entry in self._full), timeout)

@@ -4,9 +4,8 @@ that raise SystemExit, results too large for the platform. The worker goes on.""
 from __future__ import annotations
 
 import json
-import logging
 import threading
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict
 
 import pytest
 
@@ -15,40 +14,6 @@ from support import WorkerThread
 DEADLINE = 30.0
 
 
-class Records(logging.Handler):
-    """Rendered records of the ``slotworker`` logger while installed."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: List[str] = []
-        self._guard = threading.Condition()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._guard:
-            self.lines.append(f"{record.levelname} {getattr(record, 'job_id', '-')} {record.getMessage()}")
-            self._guard.notify_all()
-
-    def wait_for(self, text: str, timeout: float = DEADLINE) -> bool:
-        with self._guard:
-            return self._guard.wait_for(lambda: any(text in line for line in self.lines), timeout)
-
-    def text(self) -> str:
-        with self._guard:
-            return "\n".join(self.lines)
-
-
-@pytest.fixture
-def records() -> Iterator[Records]:
-    logger = logging.getLogger("slotworker")
-    handler = Records()
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
 
 
 def echo(job: Dict[str, Any]) -> Any:

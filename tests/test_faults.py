@@ -3,8 +3,6 @@ every job still gets exactly one final result."""
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from typing import Any, Dict, Iterator, List
 
@@ -29,36 +27,6 @@ class EnvPlatform:
         return {**self.platform.worker_env(worker_id), **self.extra}
 
 
-class Records(logging.Handler):
-    """Every record of the ``slotworker`` logger, rendered, while installed."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: List[str] = []
-        self._lock_ = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        line = f"{record.levelname} {getattr(record, 'job_id', '-')} {record.getMessage()}"
-        with self._lock_:
-            self.lines.append(line)
-
-    def text(self) -> str:
-        with self._lock_:
-            return "\n".join(self.lines)
-
-
-@pytest.fixture
-def records() -> Iterator[Records]:
-    logger = logging.getLogger("slotworker")
-    handler = Records()
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
 
 
 def echo(job: Dict[str, Any]) -> Any:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import logging
 import threading
-import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List
 
@@ -23,39 +21,6 @@ DEADLINE = 20.0
 KEY = "sk-test-SECRET-4f9c1e"
 
 
-class Records(logging.Handler):
-    """Every record of the ``slotworker`` logger, message and traceback, unredacted."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.texts: List[str] = []
-        self._guard = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if record.exc_info:
-            text += "\n" + "".join(traceback.format_exception(*record.exc_info))
-        text += " " + repr(record.__dict__)
-        with self._guard:
-            self.texts.append(text)
-
-    def text(self) -> str:
-        with self._guard:
-            return "\n".join(self.texts)
-
-
-@pytest.fixture
-def records() -> Iterator[Records]:
-    logger = logging.getLogger("slotworker")
-    handler = Records()
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
 
 
 def test_api_key_never_appears_in_logs_or_error_results(make_platform, records):

@@ -202,7 +202,8 @@ def test_take_in_flight_at_sigterm_is_not_abandoned(make_platform, spawn):
 
 def test_take_slowed_by_take_cost_at_sigterm_is_not_abandoned(make_platform, spawn):
     platform = make_platform(take_cost=1.5)
-    ids = [platform.submit({"seconds": 0.1}) for _ in range(2)]
+    for _ in range(2):
+        platform.submit({"seconds": 0.1})
     w = spawn(platform, slots=1, TEST_SAY_TAKE="1")
     assert w.wait_line("TAKE-START"), w.output()
     # The first take is paying its 1.5 s cost now.

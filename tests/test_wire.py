@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List
 
 from .client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
 from .policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
