@@ -6,7 +6,8 @@ process against a fresh local platform (``slotworker.platform``): once with
 ``import runpod`` under an interpreter that has runpod installed
 (``--runpod-python``), once with the one-line change ``import slotworker as
 runpod`` under this interpreter. The bodies each worker posts for each job
-(progress, stream chunks, the final result, by job id, in order) must match.
+(progress, stream chunks, the final result, by job id, in order; progress
+updates in any order among themselves) must match.
 
     python bench/differential.py [--runpod-python PATH] [--case NAME ...] [--verbose]
 
@@ -281,13 +282,24 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n} B"
 
 
+def canonical(posts: Dict[str, List[Post]]) -> Dict[str, Any]:
+    """Posts by job id as compared: stream chunks and the final result in order;
+    progress updates as a sorted list, because runpod sends each from a thread
+    of its own, so their order among themselves is not defined."""
+    out: Dict[str, Any] = {}
+    for job_id, items in posts.items():
+        progress = sorted(json.dumps(body, sort_keys=True) for kind, body in items if kind == "progress")
+        out[job_id] = (progress, [(kind, body) for kind, body in items if kind != "progress"])
+    return out
+
+
 def compare(case: Case, theirs: Run, ours: Run) -> Tuple[bool, str]:
     """(ok, verdict) for one case."""
     if ours.error:
         return False, f"MISMATCH: slotworker: {ours.error}"
     if theirs.error:
         return False, f"MISMATCH: runpod: {theirs.error} (see {theirs.log_path})"
-    same = theirs.posts == ours.posts
+    same = canonical(theirs.posts) == canonical(ours.posts)
     if case.explained:
         if same:
             return False, f"UNEXPECTED MATCH: documented difference did not show ({case.explained})"
@@ -298,9 +310,10 @@ def compare(case: Case, theirs: Run, ours: Run) -> Tuple[bool, str]:
         if case.lifecycle_note:
             return True, f"match; explained: {case.lifecycle_note}"
         return True, "match"
+    mine, yours = canonical(ours.posts), canonical(theirs.posts)
     for job_id in case.inputs:
         a, b = theirs.posts.get(job_id, []), ours.posts.get(job_id, [])
-        if a != b:
+        if yours.get(job_id) != mine.get(job_id):
             return False, f"MISMATCH on {job_id}: runpod {json.dumps(a)[:200]} vs slotworker {json.dumps(b)[:200]}"
     return False, "MISMATCH: posts for unknown job ids"
 
