@@ -25,6 +25,16 @@ def finished_at(platform, job_id):
     return platform.job(job_id).finished_at
 
 
+def wait_for(predicate, timeout=DEADLINE):
+    """Poll a predicate no Condition announces (a loop counter) until true or timeout."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def test_full_worker_takes_full_batch_as_soon_as_it_drains(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
@@ -79,13 +89,17 @@ def test_full_worker_stops_taking_promptly_on_shutdown(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
     wt = WorkerThread(platform, gate.enter, concurrency=4).start()
-    assert gate.wait_started(4)
-    asked = time.monotonic()
-    wt.worker.shutdown("test")
-    wt.worker.fetch_thread.join(DEADLINE)
-    assert time.monotonic() - asked < 0.5
-    takes_at_shutdown = len(platform.takes())
-    gate.open_all()
+    try:
+        assert gate.wait_started(4)
+        # The fetch loop has come round after its take: it is full, and waits.
+        assert wait_for(lambda: wt.worker.scaler.loops >= 2)
+        asked = time.monotonic()
+        wt.worker.shutdown("test")
+        wt.worker.fetch_thread.join(DEADLINE)
+        assert time.monotonic() - asked < 0.5
+        takes_at_shutdown = len(platform.takes())
+    finally:
+        gate.open_all()
     wt.thread.join(DEADLINE)
     assert wt.exit_code == 0
     assert len(platform.takes()) == takes_at_shutdown
