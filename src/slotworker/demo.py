@@ -58,6 +58,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not platform.wait_final([warm], 30):
                 print("the worker did not answer within 30 s", file=sys.stderr)
                 return 1
+            # The take that brought the warm job is followed by one sized while
+            # that job held its slot; wait for it to end empty, so the burst
+            # meets a warm idle worker with every slot free (as bench/burst.py).
+            warm_done = platform.job(warm).finished_at or 0.0
+            platform.wait_until(lambda p: any(t.t_start > warm_done and t.given == 0 for t in p.takes()), 15)
             print(f"submitting {args.jobs} jobs at once: {args.slots} slots, {args.seconds}s each")
             started = time.monotonic()
             ids = [platform.submit({"seconds": args.seconds, "i": i}) for i in range(args.jobs)]
