@@ -58,6 +58,17 @@ class WorkerThread:
             self.stop()
 
 
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``predicate`` until true or ``timeout``: for state no Condition announces
+    (a loop counter, the scaler's pending queue)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
 class Gate:
     """Handlers block in :meth:`enter` until the test opens their job's gate."""
 

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 
-from support import Gate, WorkerThread
+from support import Gate, WorkerThread, wait_for
 
 DEADLINE = 30.0
 
@@ -25,15 +25,6 @@ class Starts:
             self.at[job["id"]] = time.monotonic()
         return self.inner(job)
 
-
-def wait_for(predicate, timeout=DEADLINE):
-    """Poll ``predicate`` until true or ``timeout`` (state with no Condition to wait on)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def sleeper(seconds):

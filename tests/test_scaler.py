@@ -11,7 +11,7 @@ import time
 
 from slotworker.policies import FULL_WAIT_SECONDS
 
-from support import Gate, WorkerThread
+from support import Gate, WorkerThread, wait_for
 
 DEADLINE = 20.0
 
@@ -24,15 +24,6 @@ def job_takes(platform):
 def finished_at(platform, job_id):
     return platform.job(job_id).finished_at
 
-
-def wait_for(predicate, timeout=DEADLINE):
-    """Poll a predicate no Condition announces (a loop counter) until true or timeout."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 def test_full_worker_takes_full_batch_as_soon_as_it_drains(platform):
