@@ -50,15 +50,33 @@ def error_info(exc: BaseException, hostname: "str | None" = None, worker_id: "st
     }
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder when the exception cannot render itself."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
 def exception_result(exc: BaseException, **ids: Any) -> Dict[str, Any]:
-    """``{"error": "<JSON string of error_info>"}`` for a handler exception."""
-    return {"error": json.dumps(error_info(exc, **ids))}
+    """``{"error": "<JSON string of error_info>"}`` for a handler exception.
+
+    An exception whose ``__str__`` raises still gives an error result, with
+    its type and a placeholder for the message.
+    """
+    try:
+        return {"error": json.dumps(error_info(exc, **ids))}
+    except Exception:
+        return plain_error(f"{type(exc).__name__}: {exception_text(exc)}")
 
 
 def generator_error_result(exc: BaseException) -> Dict[str, Any]:
     """The final body when a generator handler raises, as runpod words it."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"error": f"handler: {exc} \ntraceback: {tb}"}
+    try:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return {"error": f"handler: {exc} \ntraceback: {tb}"}
+    except Exception:
+        return plain_error(f"handler: {type(exc).__name__}: {exception_text(exc)}")
 
 
 def chunk_error(chunk: Any) -> "str | None":

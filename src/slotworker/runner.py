@@ -44,14 +44,6 @@ def _discard_thread_loop() -> None:
             pass
 
 
-def _text(exc: BaseException) -> str:
-    """``str(exc)``, or a placeholder when the exception cannot render itself."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<unprintable {type(exc).__name__}>"
-
-
 def is_generator_handler(handler: Callable[..., Any]) -> bool:
     """True for handlers that stream (sync or async generator functions)."""
     return inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
@@ -163,8 +155,7 @@ class JobRunner:
             else:
                 body = self._run_plain(job, running)
         except JobStopped:
-            log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
-            return
+            body = None
         except JobTimedOut:
             body = self._timed_out(job_id)
         # A stop that came in while the handler was finishing (or anywhere,
@@ -174,7 +165,7 @@ class JobRunner:
             body = None
         elif running.stop_reason is JobTimedOut and not (body or {}).get("error"):
             body = self._timed_out(job_id)
-        if body is None:  # a generator stopped at a yield
+        if body is None:  # stopped: interrupted, or a generator at a yield
             log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
             return
         if self.refresh_every_job:
@@ -209,13 +200,10 @@ class JobRunner:
                 _discard_thread_loop()
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler too
-            log.error("Captured Handler Exception: %s: %s", type(exc).__name__, _text(exc),
+            log.error("Captured Handler Exception: %s: %s", type(exc).__name__, results.exception_text(exc),
                       extra={"job_id": running.job_id})
-            try:
-                return results.exception_result(exc, hostname=self.settings.hostname,
-                                                worker_id=self.settings.worker_id)
-            except Exception:  # an exception that cannot render itself
-                return results.plain_error(f"{type(exc).__name__}: {_text(exc)}")
+            return results.exception_result(exc, hostname=self.settings.hostname,
+                                            worker_id=self.settings.worker_id)
         return results.shape_return(value)
 
     def _run_generator(self, job: Dict[str, Any], running: RunningJob) -> Optional[Dict[str, Any]]:
@@ -248,11 +236,8 @@ class JobRunner:
                 _discard_thread_loop()
             raise
         except BaseException as exc:
-            log.error("Generator handler raised: %s: %s", type(exc).__name__, _text(exc), extra={"job_id": job_id})
-            try:
-                return results.generator_error_result(exc)
-            except Exception:  # an exception that cannot render itself
-                return results.plain_error(f"handler: {type(exc).__name__}: {_text(exc)}")
+            log.error("Generator handler raised: %s: %s", type(exc).__name__, results.exception_text(exc), extra={"job_id": job_id})
+            return results.generator_error_result(exc)
         finally:
             self._close_generator(gen, is_async)
         return {"output": aggregate}
@@ -300,9 +285,9 @@ class JobRunner:
         try:
             data = encode(body)
         except Exception as exc:  # TypeError, ValueError, or whatever a custom object raises
-            log.error("handler output is not JSON-serialisable: %s", _text(exc), extra={"job_id": job_id})
+            log.error("handler output is not JSON-serialisable: %s", results.exception_text(exc), extra={"job_id": job_id})
             body = results.plain_error(
-                f"Handler output is not JSON-serialisable: {type(exc).__name__}: {_text(exc)}")
+                f"Handler output is not JSON-serialisable: {type(exc).__name__}: {results.exception_text(exc)}")
             data = encode(body)
         try:
             sent = deliver(lambda: self.client.post_done(job_id, data, is_stream), job_id,
