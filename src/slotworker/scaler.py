@@ -61,7 +61,6 @@ class Scaler:
         self.executor = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="slotworker-job")
         self.loops = 0       # fetch-loop iterations (tests count these)
         self.takes = 0       # take requests sent
-        self.jobs_taken = 0  # jobs received
 
     # -- concurrency ----------------------------------------------------------
     def apply_modifier(self) -> int:
@@ -82,11 +81,6 @@ class Scaler:
                 self._start_pending()
                 self.job_exited.notify_all()
         return wanted
-
-    @property
-    def running(self) -> int:
-        """Jobs in progress (slots held by jobs, not by a take's reservation)."""
-        return len(self.runner.registry)
 
     # -- waiting ----------------------------------------------------------------
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -168,7 +162,6 @@ class Scaler:
         self.takes += 1
         # The slots just reserved are this take's; any others are running jobs.
         jobs = self.client.take(n, job_in_progress=self.slots.in_use > reserved)
-        self.jobs_taken += len(jobs)
         if jobs:
             log.debug("took %d job(s) of %d asked", len(jobs), n)
         return jobs
