@@ -7,7 +7,7 @@ a sync and an async handler.
     python bench/overhead.py [--jobs 3000] [--reps 2] [arms ...]
 
 The local platform runs in this process, so jobs/s is bounded by it too;
-CPU seconds are the worker's alone.
+CPU seconds are the worker's alone. Every option of bench/burst.py applies.
 """
 
 from __future__ import annotations
@@ -15,22 +15,17 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from slotworker.burst import main as burst_main
+from slotworker.burst import build_parser, main as burst_main
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the overhead arms through the burst runner with overhead settings."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    arms = [a for a in args if not a.startswith("-") and (args.index(a) == 0 or not args[args.index(a) - 1].startswith("--"))]
-    options = [a for a in args if a not in arms]
-    jobs = "3000"
-    if "--jobs" in options:
-        at = options.index("--jobs")
-        jobs = options[at + 1]
-        del options[at:at + 2]
-    arms = arms or ["drain", "runpod-sync", "runpod-async"]
-    return burst_main(arms + ["--take-cost", "0", "--seconds", "0", "--slots", "32", "--burst", jobs,
-                              "--reps", "2", "--timeout", "600"] + options)
+    """The burst runner with the overhead settings as its defaults."""
+    parser = build_parser()
+    parser.prog = "bench/overhead.py"
+    parser.add_argument("--jobs", dest="burst", type=int, help="jobs through the worker (default 3000)")
+    parser.set_defaults(arms=["drain", "runpod-sync", "runpod-async"], take_cost=0.0, seconds=0.0,
+                        slots=32, burst=3000, reps=2, timeout=600.0)
+    return burst_main(argv, parser)
 
 
 if __name__ == "__main__":

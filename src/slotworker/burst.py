@@ -368,9 +368,12 @@ def run(args: argparse.Namespace) -> Tuple[List[Dict[str, Any]], str]:
     return samples, path
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run the benchmark and print the table; 1 when any job was lost or duplicated."""
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None, parser: Optional[argparse.ArgumentParser] = None) -> int:
+    """Run the benchmark and print the table; 1 when any job was lost or duplicated.
+
+    ``parser`` lets a wrapper (bench/overhead.py) change the defaults.
+    """
+    args = (parser or build_parser()).parse_args(argv)
     samples, path = run(args)
     arms = list(dict.fromkeys(s["arm"] for s in samples))
     print(f"scenario {args.scenario}: take cost {args.take_cost}s, {args.slots} slots, "
