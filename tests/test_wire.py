@@ -80,18 +80,12 @@ def load_capture() -> Dict[str, List[Dict[str, Any]]]:
 
 def capture_env(platform: Platform) -> Dict[str, str]:
     """The environment of the capture: worker w1, endpoint ep, ``?gpu=SIM``."""
-    base = f"{platform.url}/v2/ep"
-    return {
-        "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/$ID?gpu=SIM",
-        "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/$RUNPOD_POD_ID/$ID?gpu=SIM",
-        "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/$RUNPOD_POD_ID/$ID?gpu=SIM",
-        "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID?gpu=SIM",
-        "RUNPOD_POD_ID": "w1",
-        "RUNPOD_AI_API_KEY": API_KEY,
-        "RUNPOD_ENDPOINT_ID": "ep",
-        # Frequent heartbeats, so one lands while job-progress sleeps.
-        "RUNPOD_PING_INTERVAL": "100",
-    }
+    assert platform.endpoint == "ep"
+    env = platform.worker_env("w1", API_KEY, query="gpu=SIM")
+    env["RUNPOD_ENDPOINT_ID"] = "ep"
+    # Frequent heartbeats, so one lands while job-progress sleeps.
+    env["RUNPOD_PING_INTERVAL"] = "100"
+    return env
 
 
 def run_scenario(name: str) -> Tuple[List[Dict[str, Any]], str]:

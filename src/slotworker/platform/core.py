@@ -117,14 +117,19 @@ class Platform:
         return f"http://{host}:{self.port}"
 
     # ------------------------------------------------------------ worker env
-    def worker_env(self, worker_id: str = "w1", api_key: Optional[str] = None) -> Dict[str, str]:
-        """The environment a worker needs to run against this platform."""
+    def worker_env(self, worker_id: str = "w1", api_key: Optional[str] = None,
+                   query: str = "gpu=local") -> Dict[str, str]:
+        """The environment a worker needs to run against this platform.
+
+        ``query`` is the query string every URL template carries (the real
+        platform's routing parameters stand there).
+        """
         base = f"{self.url}/v2/{self.endpoint}"
         return {
-            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/$ID?gpu=local",
-            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/$RUNPOD_POD_ID/$ID?gpu=local",
-            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/$RUNPOD_POD_ID/$ID?gpu=local",
-            "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID?gpu=local",
+            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/$ID?{query}",
+            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/$RUNPOD_POD_ID/$ID?{query}",
+            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/$RUNPOD_POD_ID/$ID?{query}",
+            "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID?{query}",
             "RUNPOD_POD_ID": worker_id,
             "RUNPOD_AI_API_KEY": api_key or self.api_key or "local-key",
         }
