@@ -178,6 +178,10 @@ def test_takes_stop_polls_and_pings_use_the_captured_paths(scenario: Any) -> Non
     name, expected, actual = scenario
     gets = [r for r in actual if r["method"] == "GET"]
     allowed = {r["path"] for r in expected if r["method"] == "GET"}
+    # Which jobs a heartbeat happens to land during is timing (a slow
+    # interpreter catches short ones too); its form for any of them is fixed.
+    job_ids = {r["path"].split("?")[0].rsplit("/", 1)[1] for r in posts(expected)}
+    allowed |= {f"/v2/ep/ping/w1?gpu=SIM&job_id={j}&runpod_version=1.12.0" for j in job_ids}
     # job_in_progress=1 never happens at concurrency 1: a take waits for a free slot.
     assert {g["path"] for g in gets} <= allowed | {PING_IDLE}, {g["path"] for g in gets} - allowed
     kinds = {g["path"].split("?")[0].split("/")[3] for g in gets}
