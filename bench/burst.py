@@ -1,13 +1,13 @@
 """The burst benchmark of BENCH.md: ``python bench/burst.py [arms] [options]``.
 
-A thin wrapper over :mod:`slotworker.burst` (also ``slotworker bench``).
+A thin wrapper over :mod:`slotworker.tools.bench` (also ``slotworker bench``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from slotworker.burst import main
+from slotworker.tools.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from slotworker.burst import build_parser, main as burst_main
+from slotworker.tools.bench import build_parser, main as burst_main
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -14,8 +14,8 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 from slotworker.platform import Platform
-from slotworker.settings import Settings
-from slotworker.worker import Worker
+from slotworker.config import Settings
+from slotworker.worker.worker import Worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -146,7 +146,7 @@ def test_a_stream_error_chunk_that_cannot_be_rendered_still_gives_an_error_resul
 
 @pytest.mark.parametrize("value", ["0", "-5", "1"])
 def test_a_zero_or_tiny_ping_interval_does_not_ping_in_a_tight_loop(value):
-    from slotworker.settings import Settings
+    from slotworker.config import Settings
 
     assert Settings.from_env({"RUNPOD_PING_INTERVAL": value}).ping_interval >= 0.05
 

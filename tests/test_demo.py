@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slotworker.demo import main
+from slotworker.tools.demo import main
 
 
 def test_demo_reports_every_job_completed_once_and_a_clean_exit(capsys):

@@ -9,7 +9,7 @@ import random
 import threading
 import time
 
-from slotworker.policies import FULL_WAIT_SECONDS
+from slotworker.worker.take_policies import FULL_WAIT_SECONDS
 
 from support import Gate, WorkerThread, wait_for
 

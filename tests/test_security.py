@@ -11,9 +11,9 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from slotworker.client import PlatformClient, PlatformError, Rejected
+from slotworker.worker.platform_client import PlatformClient, PlatformError, Rejected
 from slotworker.platform import Faults, Platform
-from slotworker.settings import Settings
+from slotworker.config import Settings
 
 from support import WorkerThread
 

@@ -20,7 +20,7 @@ import os
 import time
 
 import slotworker
-from slotworker import client
+from slotworker.worker import platform_client as client
 
 if os.environ.get("TEST_SAY_TAKE"):
     # Tell the test when a take starts, so it can signal during one.

@@ -228,7 +228,7 @@ def test_jobs_within_their_timeout_are_not_touched(platform):
 
 
 def test_the_timeout_watchdog_does_not_keep_every_finished_job():
-    from slotworker.control import RunningJob, Watchdog
+    from slotworker.worker.interruption import RunningJob, Watchdog
 
     watchdog = Watchdog()
     try:
@@ -243,7 +243,7 @@ def test_the_timeout_watchdog_does_not_keep_every_finished_job():
 
 
 def test_a_stop_that_arrives_before_its_job_starts_is_applied_when_it_does():
-    from slotworker.control import JobStopped, Registry, RunningJob
+    from slotworker.worker.interruption import JobStopped, Registry, RunningJob
 
     registry = Registry()
     assert registry.stop("early") is False  # assigned to us, not started yet

@@ -11,9 +11,9 @@ from __future__ import annotations
 from . import serverless
 from ._version import __version__
 from .entry import start
-from .fitness import register_fitness_check
+from .worker.fitness import register_fitness_check
 from .logs import RunPodLogger
-from .progress import progress_update
+from .worker.progress import progress_update
 
 __all__ = ["start", "progress_update", "register_fitness_check", "RunPodLogger", "serverless",
            "__version__"]

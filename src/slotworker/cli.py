@@ -31,10 +31,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .platform.cli import main as platform_main
         return platform_main(rest)
     if command == "demo":
-        from .demo import main as demo_main
+        from .tools.demo import main as demo_main
         return demo_main(rest)
     if command == "bench":
-        from .burst import main as bench_main
+        from .tools.bench import main as bench_main
         return bench_main(rest)
     if command == "version":
         from . import __version__, slots

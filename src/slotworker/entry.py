@@ -15,7 +15,7 @@ from typing import Any, Dict, NoReturn
 
 from . import logs
 from .args import ArgsError, parse_rp_args
-from .settings import Settings
+from .config import Settings
 
 log = logging.getLogger("slotworker")
 
@@ -57,13 +57,13 @@ def start(config: Dict[str, Any]) -> NoReturn:
         sys.exit(1)
 
     if rp_args.get("rp_serve_api"):
-        from .serve import serve_api
+        from .modes.serve_api import serve_api
         code = serve_api(config, host=rp_args["rp_api_host"], port=rp_args["rp_api_port"])
     elif rp_args.get("test_input") is not None or not settings.deployed:
-        from .local import run_local
+        from .modes.test_input import run_local
         code = run_local(config, settings)
     else:
-        from .worker import Worker
+        from .worker.worker import Worker
         worker = Worker(config, settings)
         worker.install_signal_handlers()
         code = worker.run()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict
 
-from . import fitness
-from .settings import Settings
-from .worker import Worker
+from ..worker import fitness
+from ..config import Settings
+from ..worker.worker import Worker
 
 log = logging.getLogger("slotworker")
 
@@ -23,7 +23,7 @@ def serve_api(config: Dict[str, Any], host: str = "localhost", port: int = 8000)
     are skipped, so a check that needs the production machine (a GPU, a
     mounted model) does not stop local development.
     """
-    from .platform import Platform  # imported here: only this mode needs the server
+    from ..platform import Platform  # imported here: only this mode needs the server
 
     if fitness.registered():
         log.info("local API: %d fitness check(s) skipped (they run on the deployed worker only)",

@@ -1,6 +1,6 @@
 """Local test mode: run one job from ``--test_input`` or ``test_input.json``.
 
-The job goes through the same :class:`~slotworker.runner.JobRunner` as in
+The job goes through the same :class:`~slotworker.worker.job_runner.JobRunner` as in
 production; only the platform is replaced by :class:`LocalResults`, which
 keeps what the runner would have posted.
 """
@@ -12,9 +12,9 @@ import logging
 import os
 from typing import Any, Dict, List, Optional
 
-from .control import Registry, Watchdog
-from .runner import JobRunner, Lifecycle
-from .settings import Settings
+from ..worker.interruption import Registry, Watchdog
+from ..worker.job_runner import JobRunner, Lifecycle
+from ..config import Settings
 
 log = logging.getLogger("slotworker")
 

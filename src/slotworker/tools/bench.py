@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .platform import Platform
+from ..platform import Platform
 
 BUILTIN = ("drain", "fixed", "lookahead")
 RUNPOD_ARMS = ("runpod-async", "runpod-sync")
@@ -80,7 +80,7 @@ def resolve_arm(spec: str, slots: int, runpod_python: str, scripts: str) -> Arm:
         name, command = spec.split("=", 1)
         return Arm(name, shlex.split(command), {"SLOTWORKER_DEMO_SLOTS": str(slots)})
     if spec in BUILTIN:
-        return Arm(spec, [sys.executable, "-m", "slotworker.demo_handler"],
+        return Arm(spec, [sys.executable, "-m", "slotworker.tools.demo_handler"],
                    {"SLOTWORKER_DEMO_POLICY": spec, "SLOTWORKER_DEMO_SLOTS": str(slots)})
     if spec in RUNPOD_ARMS:
         path = os.path.join(scripts, spec.replace("-", "_") + ".py")

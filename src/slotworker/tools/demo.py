@@ -1,6 +1,6 @@
 """``slotworker demo``: a burst of jobs through one real worker process.
 
-One rep of the benchmark's burst (:class:`slotworker.burst.Run`): the local
+One rep of the benchmark's burst (:class:`slotworker.tools.bench.Run`): the local
 platform in this process, ``python -m slotworker.demo_handler`` as the worker
 (the production path: HTTP, slots, threads, signals), the burst submitted at
 once, every result waited for, then SIGTERM to the worker and a report of
@@ -14,7 +14,7 @@ import statistics
 import tempfile
 from typing import List, Optional
 
-from .burst import Run, in_progress_curve, resolve_arm
+from .bench import Run, in_progress_curve, resolve_arm
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """The handler the demo and the burst benchmark run: a sync function that sleeps.
 
-Run as ``python -m slotworker.demo_handler``; it reads its settings from the
+Run as ``python -m slotworker.tools.demo_handler``; it reads its settings from the
 environment so that any worker command line can be an arm:
 ``SLOTWORKER_DEMO_SLOTS`` (concurrency, default 32),
 ``SLOTWORKER_DEMO_POLICY`` (take policy, default drain).

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable, List
 
-from .settings import PROTOCOL_VERSION
+from ..config import PROTOCOL_VERSION
 
 log = logging.getLogger("slotworker")
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable, List, Optional
 
-from .client import PlatformClient, PlatformError
+from .platform_client import PlatformClient, PlatformError
 
 log = logging.getLogger("slotworker")
 

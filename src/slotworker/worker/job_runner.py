@@ -16,9 +16,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import progress, results
-from .client import PlatformClient, Rejected, deliver, encode
-from .control import JobInterrupted, JobStopped, JobTimedOut, Registry, RunningJob, Watchdog
-from .settings import Settings
+from .platform_client import PlatformClient, Rejected, deliver, encode
+from .interruption import JobInterrupted, JobStopped, JobTimedOut, Registry, RunningJob, Watchdog
+from ..config import Settings
 
 log = logging.getLogger("slotworker")
 

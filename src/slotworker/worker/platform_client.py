@@ -19,8 +19,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from ._version import __version__
-from .settings import PROTOCOL_VERSION, Settings, add_query, job_url
+from .._version import __version__
+from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
 
 log = logging.getLogger("slotworker")
 

@@ -13,8 +13,8 @@ import time
 import traceback
 from typing import Any, Dict, Optional
 
-from ._version import __version__
-from .settings import PROTOCOL_VERSION
+from .._version import __version__
+from ..config import PROTOCOL_VERSION
 
 
 def shape_return(value: Any) -> Dict[str, Any]:

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Optional
 
-from .client import PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
-from .control import Registry
+from .platform_client import PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
+from .interruption import Registry
 
 log = logging.getLogger("slotworker")
 

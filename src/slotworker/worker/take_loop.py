@@ -4,7 +4,7 @@ One fetch thread runs :meth:`Scaler.run`. Each loop applies the
 ``concurrency_modifier``, reserves free slots, takes that many jobs (a batch
 take when more than one) and submits each to the executor. When the worker
 is full it waits on :attr:`Scaler.job_exited` as the take policy says (see
-:mod:`slotworker.policies`); it never spins.
+:mod:`slotworker.worker.take_policies`); it never spins.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Deque, Dict, List
 
-from .client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
-from .policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
-from .runner import JobRunner, Lifecycle
+from .platform_client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
+from .take_policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
+from .job_runner import JobRunner, Lifecycle
 
 log = logging.getLogger("slotworker")
 

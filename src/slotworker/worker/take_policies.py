@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, Deque, Dict, Optional, Type
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scaler import Scaler
+    from .take_loop import Scaler
 
 #: The most a full worker waits before it looks at its slots again.
 FULL_WAIT_SECONDS = 1.0

@@ -1,6 +1,6 @@
 """The deployed worker's lifecycle: start its threads, run, shut down.
 
-:class:`Worker` owns the fetch thread (:mod:`~slotworker.scaler`), the job
+:class:`Worker` owns the fetch thread (:mod:`~slotworker.worker.take_loop`), the job
 executor, the heartbeat and the stop channel. Shutdown (SIGTERM/SIGINT,
 ``refresh_worker``, or :meth:`Worker.shutdown`) stops taking, lets a take in
 flight land and every job already taken finish and report within the grace
@@ -16,16 +16,16 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import slots as slots_module
-from ._version import __version__
-from .client import PlatformClient
-from .control import Registry, Watchdog
+from .. import slots as slots_module
+from .._version import __version__
+from .platform_client import PlatformClient
+from .interruption import Registry, Watchdog
 from .fitness import run_fitness_checks
 from .heartbeat import Heartbeat
-from .runner import JobRunner, Lifecycle
-from .scaler import Scaler
-from .settings import Settings
-from .stopchannel import StopChannel
+from .job_runner import JobRunner, Lifecycle
+from .take_loop import Scaler
+from ..config import Settings
+from .stop_channel import StopChannel
 
 log = logging.getLogger("slotworker")
 

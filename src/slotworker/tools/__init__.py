@@ -1,0 +1,1 @@
+"""Tools shipped with the package: the burst benchmark and the demo (``slotworker bench``, ``slotworker demo``)."""

@@ -1,0 +1,1 @@
+"""The deployed worker: takes jobs from the platform, runs them, reports each result once."""
