@@ -30,6 +30,6 @@ from __future__ import annotations
 
 from .core import Platform
 from .faults import WORKER_KINDS, Faults
-from .state import Event, JobRecord
+from .state import RequestRecord, JobRecord
 
-__all__ = ["Platform", "Faults", "Event", "JobRecord", "WORKER_KINDS"]
+__all__ = ["Platform", "Faults", "RequestRecord", "JobRecord", "WORKER_KINDS"]

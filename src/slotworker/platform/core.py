@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from .faults import Faults
 from .server import PlatformHTTPServer
-from .state import FINAL_STATES, Event, JobRecord, JobStore
+from .state import FINAL_STATES, RequestRecord, JobRecord, JobStore
 
 log = logging.getLogger("slotworker.platform")
 
@@ -52,8 +52,9 @@ class Platform:
         #: Settable at runtime; None means no faults.
         self.faults: Optional[Faults] = faults
         self.max_body = int(max_body)
-        self._store = JobStore()
-        self._store.on_final(self._on_final)
+        #: The job store; the HTTP layer reads and changes jobs through it.
+        self.store = JobStore()
+        self.store.on_final(self._on_final)
         self._server: Optional[PlatformHTTPServer] = None
         self._threads: List[threading.Thread] = []
         self._closed_event = threading.Event()
@@ -94,7 +95,7 @@ class Platform:
                 return
             self._closed = True
             self._closed_event.set()
-            self._store.close()
+            self.store.close()
             if self._server is not None:
                 self._server.shutdown()
                 self._server.server_close()
@@ -138,62 +139,62 @@ class Platform:
     def submit(self, input: Any, *, job_id: Optional[str] = None, webhook: Optional[str] = None, **extra: Any) -> str:
         """Queue a job; returns its id (a uuid4 unless given). `extra` keys
         go into the job object handed to the worker."""
-        return self._store.submit(input, job_id=job_id, webhook=webhook, extra=extra)
+        return self.store.submit(input, job_id=job_id, webhook=webhook, extra=extra)
 
     def submit_raw(self, obj: Any) -> None:
         """Queue any JSON value as-is; takes hand it out, it is not tracked."""
-        self._store.submit_raw(obj)
+        self.store.submit_raw(obj)
 
     def status(self, job_id: str) -> Dict[str, Any]:
         """The status object of a job (KeyError when unknown)."""
-        return self._store.status(job_id)
+        return self.store.status(job_id)
 
     def job(self, job_id: str) -> JobRecord:
         """A snapshot of a job's record, with its monotonic timings."""
-        return self._store.snapshot(job_id)
+        return self.store.snapshot(job_id)
 
     def jobs(self) -> List[JobRecord]:
         """Snapshots of every tracked job, in submission order."""
-        return self._store.snapshots()
+        return self.store.snapshots()
 
     def cancel(self, job_id: str) -> Dict[str, Any]:
         """Cancel a job: queued ones at once; in-progress ones also get their
         id sent on their worker's stop channel. Final jobs are left alone."""
-        return self._store.cancel(job_id)
+        return self.store.cancel(job_id)
 
     def stop_jobs(self, ids: Iterable[str]) -> None:
         """Deliver `ids` on the stop channel of the worker holding each (no state change)."""
-        self._store.stop_jobs(list(ids))
+        self.store.stop_jobs(list(ids))
 
     def purge_queue(self) -> int:
         """Cancel every queued job; returns how many."""
-        with self._store.mutex:
-            queued = [j.id for j in self._store.snapshots() if j.status == "IN_QUEUE"]
+        with self.store.mutex:
+            queued = [j.id for j in self.store.snapshots() if j.status == "IN_QUEUE"]
             for job_id in queued:
-                self._store.cancel(job_id)
+                self.store.cancel(job_id)
             return len(queued)
 
     # ------------------------------------------------------------ observation
     @property
-    def events(self) -> List[Event]:
+    def events(self) -> List[RequestRecord]:
         """Every worker-side request so far, in arrival order (a copy)."""
-        return self._store.events()
+        return self.store.events()
 
-    def takes(self) -> List[Event]:
+    def takes(self) -> List[RequestRecord]:
         """Only the take and take-batch events."""
-        return [e for e in self._store.events() if e.kind in ("take", "take_batch")]
+        return [e for e in self.store.events() if e.kind in ("take", "take_batch")]
 
     def counts(self) -> Dict[str, int]:
         """Counters: submitted, queued, in_progress, completed, failed,
         cancelled, duplicates, late, requeued, takes; beyond the brief:
         unknown (posts for unknown job ids), raw_queued, waiting_takes and
         waiting_stops (long polls held open right now)."""
-        return self._store.counts()
+        return self.store.counts()
 
     def wait_until(self, predicate: Callable[["Platform"], bool], timeout: float) -> bool:
         """Wait until `predicate(self)` holds, re-checked on every recorded
         event or state change. False on timeout (or when closed)."""
-        store = self._store
+        store = self.store
         deadline = time.monotonic() + timeout
         with store.mutex:
             while not predicate(self):
@@ -208,17 +209,25 @@ class Platform:
         ids = list(job_ids)
 
         def done(p: "Platform") -> bool:
-            return all(p._store.get(i).status in FINAL_STATES for i in ids)
+            return all(p.store.get(i).status in FINAL_STATES for i in ids)
 
-        with self._store.mutex:
+        with self.store.mutex:
             for i in ids:
-                self._store.get(i)  # KeyError early for an unknown id
+                self.store.get(i)  # KeyError early for an unknown id
         return self.wait_until(done, timeout)
 
     # ------------------------------------------------------------ faults
     def set_down(self, seconds: float) -> None:
         """For `seconds` from now, every worker-side request answers 503."""
         self._down_until = time.monotonic() + seconds
+
+    def is_down(self) -> bool:
+        """True while `set_down` is in force."""
+        return time.monotonic() < self._down_until
+
+    def pause(self, seconds: float) -> None:
+        """Sleep `seconds` (a take's cost, an injected delay); `close()` ends it early."""
+        self._closed_event.wait(seconds)
 
     @property
     def job_timeout(self) -> Optional[float]:
@@ -227,13 +236,13 @@ class Platform:
 
     @job_timeout.setter
     def job_timeout(self, value: Optional[float]) -> None:
-        with self._store.mutex:
+        with self.store.mutex:
             self._job_timeout = value
-            self._store.reaper_wake.notify_all()
+            self.store.reaper_wake.notify_all()
 
     # ------------------------------------------------------------ internals
     def _reap_loop(self) -> None:
-        store = self._store
+        store = self.store
         with store.mutex:
             while not store.closed:
                 wait = store.reap(self._job_timeout)

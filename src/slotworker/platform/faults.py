@@ -12,13 +12,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional
 
-#: Every kind of worker-side request (the `kind` of an `Event`).
+#: Every kind of worker-side request (the `kind` of an `RequestRecord`).
 WORKER_KINDS: FrozenSet[str] = frozenset(
     {"take", "take_batch", "done", "progress", "stream", "ping", "stop_poll"}
 )
 TAKE_KINDS: FrozenSet[str] = frozenset({"take", "take_batch"})
 
-# Fault names, as recorded in `Event.fault`.
+# Fault names, as recorded in `RequestRecord.fault`.
 ERROR = "error"  # 500
 THROTTLE = "throttle"  # 429
 GARBAGE = "garbage"  # 200 with a non-JSON body

@@ -15,14 +15,11 @@ import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import faults as F
-from .state import Event
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .core import Platform
+from .state import JobStore, RequestRecord
 
 log = logging.getLogger("slotworker.platform")
 
@@ -36,6 +33,30 @@ _WORKER_ROUTES = {
 }
 
 GARBAGE_BODY = b"<html>oops</html>"
+
+
+class ServedPlatform(Protocol):
+    """What the HTTP layer needs of the platform it serves (``core.Platform``).
+
+    Declared here so that this module does not import ``core``, which
+    imports it to start the server.
+    """
+
+    store: JobStore
+    faults: Optional[F.Faults]
+    api_key: Optional[str]
+    take_cost: float
+    long_poll: float
+    max_body: int
+
+    @property
+    def url(self) -> str: ...
+    def is_down(self) -> bool: ...
+    def pause(self, seconds: float) -> None: ...
+    def submit(self, input: Any, *, job_id: Optional[str] = None, webhook: Optional[str] = None,
+               **extra: Any) -> str: ...
+    def cancel(self, job_id: str) -> Dict[str, Any]: ...
+    def purge_queue(self) -> int: ...
 
 
 class _BadRequest(Exception):
@@ -55,7 +76,7 @@ class PlatformHTTPServer(ThreadingHTTPServer):
     # (32 parallel /runsync calls against --rp_serve_api).
     request_queue_size = 128
 
-    def __init__(self, address: Tuple[str, int], platform: "Platform") -> None:
+    def __init__(self, address: Tuple[str, int], platform: ServedPlatform) -> None:
         self.platform = platform
         self._conns: "set[socket.socket]" = set()
         self._conns_lock = threading.Lock()
@@ -214,7 +235,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         t_start = time.monotonic()
         platform = self.server.platform
-        seq = platform._store.begin_event()
+        seq = platform.store.begin_event()
         split = urlsplit(self.path)
         parts = [unquote(p) for p in split.path.split("/") if p]
         query = dict(parse_qsl(split.query, keep_blank_values=True))
@@ -239,11 +260,11 @@ class PlatformHandler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ worker side
     def _worker(self, method: str, parts: List[str], query: Dict[str, str], t_start: float, seq: int) -> None:
         platform = self.server.platform
-        store = platform._store
+        store = platform.store
         route = _WORKER_ROUTES[parts[2]]
         worker = parts[3] if len(parts) > 3 else ""
         job_id = parts[4] if len(parts) > 4 else ""
-        ev = Event(
+        ev = RequestRecord(
             kind=route,
             t_start=t_start,
             worker_id=worker,
@@ -251,7 +272,6 @@ class PlatformHandler(BaseHTTPRequestHandler):
             headers=dict(self.headers.items()),
             method=method,
             path=self.path,
-            route=route,
         )
         if "job_in_progress" in query:
             ev.job_in_progress = query["job_in_progress"] in ("1", "true", "True")
@@ -272,7 +292,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
             return
         ev.body = body.decode("utf-8", "replace")
 
-        if time.monotonic() < platform._down_until:
+        if platform.is_down():
             ev.fault = F.DOWN
             finish(503)
             self._error(503, "platform is down")
@@ -312,7 +332,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
         fault, delay = platform.faults.draw(ev.kind) if platform.faults is not None else (None, 0.0)
         if delay > 0:
             ev.fault = F.SLOW
-            platform._closed_event.wait(delay)
+            platform.pause(delay)
         # Garbage on a take or stop poll hands nothing out; on a post or a
         # ping the request is processed and only the answer is garbage, so
         # that the fault tests the worker's parsing without losing a result.
@@ -372,7 +392,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
                 finish(204)
                 self._write(204)
 
-    def _take(self, route: str, worker: str, query: Dict[str, str], ev: Event, fault: Optional[str], finish: Any) -> None:
+    def _take(self, route: str, worker: str, query: Dict[str, str], ev: RequestRecord, fault: Optional[str], finish: Any) -> None:
         platform = self.server.platform
         if route == "take_batch":
             try:
@@ -387,8 +407,8 @@ class PlatformHandler(BaseHTTPRequestHandler):
             n = 1
         ev.requested = n
         if platform.take_cost > 0:
-            platform._closed_event.wait(platform.take_cost)
-        items = platform._store.take(worker, n, time.monotonic() + platform.long_poll)
+            platform.pause(platform.take_cost)
+        items = platform.store.take(worker, n, time.monotonic() + platform.long_poll)
         wire = [obj.wire() if kind == "job" else obj for kind, obj in items]
         ev.given = len(wire)
         ev.job_ids = [
@@ -419,7 +439,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
 
     def _client(self, method: str, parts: List[str], query: Dict[str, str]) -> None:
         platform = self.server.platform
-        store = platform._store
+        store = platform.store
         name = parts[0] if parts else ""
         # Always drain the body so the keep-alive connection stays in step.
         body = self._client_body() if method in ("POST", "PUT") else {}

@@ -29,7 +29,7 @@ _MISSING = object()
 
 
 @dataclass
-class Event:
+class RequestRecord:
     """One worker-side request as the platform saw it.
 
     `t_start` / `t_end` are `time.monotonic()` at arrival and when the answer
@@ -52,7 +52,6 @@ class Event:
     # Beyond the brief: what was requested, and which fault (if any) hit it.
     method: str = ""
     path: str = ""
-    route: str = ""
     fault: Optional[str] = None
 
 
@@ -144,7 +143,7 @@ class JobStore:
         self._in_progress: Dict[str, JobRecord] = {}
         self._stops: Dict[str, List[str]] = {}
         self._workers_seen: Dict[str, float] = {}
-        self._events: List[Event] = []
+        self._events: List[RequestRecord] = []
         self._event_seqs: List[int] = []
         self._seq = itertools.count()
         self._counts = {
@@ -214,7 +213,7 @@ class JobStore:
         """A sequence number fixing the event's place (arrival order)."""
         return next(self._seq)
 
-    def record(self, seq: int, event: Event) -> None:
+    def record(self, seq: int, event: RequestRecord) -> None:
         """Publish a finished event at its arrival position."""
         with self.mutex:
             i = bisect.bisect(self._event_seqs, seq)
@@ -224,7 +223,7 @@ class JobStore:
                 self._counts["takes"] += 1
             self.changed.notify_all()
 
-    def events(self) -> List[Event]:
+    def events(self) -> List[RequestRecord]:
         with self.mutex:
             return list(self._events)
 
