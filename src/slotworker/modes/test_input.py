@@ -13,7 +13,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from ..worker.interruption import Registry, Watchdog
-from ..worker.job_runner import JobRunner, Lifecycle
+from ..worker.job_runner import JobRunner
+from ..worker.lifecycle import Lifecycle
 from ..config import Settings
 
 log = logging.getLogger("slotworker")
@@ -27,7 +28,7 @@ class LocalResults:
         self.stream: List[Any] = []
         self.progress: List[Any] = []
 
-    def post_done(self, job_id: str, body: bytes, is_stream: bool) -> None:
+    def post_done(self, job_id: str, body: bytes, is_stream: bool, timeout: object = None) -> None:
         data = json.loads(body)
         if data.get("status") == "IN_PROGRESS":
             self.progress.append(data.get("output"))
@@ -35,7 +36,7 @@ class LocalResults:
         else:
             self.final = data
 
-    def post_stream(self, job_id: str, body: bytes) -> None:
+    def post_stream(self, job_id: str, body: bytes, timeout: object = None) -> None:
         chunk = json.loads(body).get("output")
         self.stream.append(chunk)
         log.info("stream: %s", json.dumps(chunk, ensure_ascii=False), extra={"job_id": job_id})

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
+from ..backoff import Backoff
 from .faults import Faults
 from .server import PlatformHTTPServer
 from .state import FINAL_STATES, RequestRecord, JobRecord, JobStore
@@ -19,7 +20,8 @@ from .state import FINAL_STATES, RequestRecord, JobRecord, JobStore
 log = logging.getLogger("slotworker.platform")
 
 WEBHOOK_ATTEMPTS = 3
-WEBHOOK_BACKOFF = 0.2  # seconds, doubled after each failed attempt
+#: Waits between webhook attempts: the first, and the cap it doubles up to.
+WEBHOOK_BACKOFF = (0.2, 0.8)
 
 
 class Platform:
@@ -264,7 +266,7 @@ class Platform:
 def _send_webhook(url: str, payload: Dict[str, Any]) -> bool:
     """POST `payload` as JSON to `url`, with a few retries and backoff."""
     data = json.dumps(payload).encode("utf-8")
-    delay = WEBHOOK_BACKOFF
+    backoff = Backoff(*WEBHOOK_BACKOFF)
     for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
         req = urllib.request.Request(
             url, data=data, method="POST", headers={"Content-Type": "application/json"}
@@ -278,7 +280,6 @@ def _send_webhook(url: str, payload: Dict[str, Any]) -> bool:
             log.warning("webhook %s for job %s failed (attempt %d/%d): %s",
                         url, payload.get("id"), attempt, WEBHOOK_ATTEMPTS, exc)
         if attempt < WEBHOOK_ATTEMPTS:
-            time.sleep(delay)
-            delay *= 2
+            time.sleep(backoff.next())
     log.error("webhook %s for job %s gave up after %d attempts", url, payload.get("id"), WEBHOOK_ATTEMPTS)
     return False

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import progress, results
 from .platform_client import PlatformClient, Rejected, deliver, encode
+from .lifecycle import Lifecycle
 from .interruption import JobInterrupted, JobStopped, JobTimedOut, Registry, RunningJob, Watchdog
 from ..config import Settings
 
@@ -47,26 +48,6 @@ def _discard_thread_loop() -> None:
 def is_generator_handler(handler: Callable[..., Any]) -> bool:
     """True for handlers that stream (sync or async generator functions)."""
     return inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
-
-
-class Lifecycle:
-    """Shared shutdown state: whether the worker is stopping, and its grace deadline."""
-
-    def __init__(self) -> None:
-        self.stopping = threading.Event()
-        self.deadline: Optional[float] = None
-
-    def begin_shutdown(self, grace: float) -> bool:
-        """Start shutting down with ``grace`` seconds for running jobs; False if already."""
-        if self.stopping.is_set():
-            return False
-        self.deadline = time.monotonic() + grace
-        self.stopping.set()
-        return True
-
-    def past_grace(self) -> bool:
-        """True once shutdown's grace period has run out."""
-        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 class JobRunner:
@@ -263,19 +244,10 @@ class JobRunner:
             log.error("stream chunk is not JSON-serialisable (%s); chunk skipped", exc, extra={"job_id": job_id})
             return
         try:
-            deliver(lambda: self.client.post_stream(job_id, body), job_id, "stream chunk",
-                    self.lifecycle.past_grace, sleep=self._sleep)
+            deliver(lambda timeout: self.client.post_stream(job_id, body, timeout), job_id, "stream chunk",
+                    self.lifecycle)
         except Rejected as exc:
             log.error("platform rejected a stream chunk: %s", exc, extra={"job_id": job_id})
-
-    def _sleep(self, seconds: float) -> None:
-        """Backoff between retries: wakes when shutdown starts, never outlasts its grace."""
-        lifecycle = self.lifecycle
-        if not lifecycle.stopping.is_set():
-            lifecycle.stopping.wait(seconds)
-        else:
-            remaining = (lifecycle.deadline or 0.0) - time.monotonic()
-            time.sleep(max(0.0, min(seconds, remaining)))
 
     def _finish(self, job_id: str, body: Dict[str, Any], is_stream: bool,
                 running: Optional[RunningJob] = None) -> None:
@@ -290,8 +262,8 @@ class JobRunner:
                 f"Handler output is not JSON-serialisable: {type(exc).__name__}: {results.exception_text(exc)}")
             data = encode(body)
         try:
-            sent = deliver(lambda: self.client.post_done(job_id, data, is_stream), job_id,
-                           "result", self.lifecycle.past_grace, sleep=self._sleep)
+            sent = deliver(lambda timeout: self.client.post_done(job_id, data, is_stream, timeout), job_id,
+                           "result", self.lifecycle)
         except Rejected as exc:
             sent = False
             if exc.status == 413:
@@ -300,8 +272,8 @@ class JobRunner:
                 small = encode(results.plain_error(
                     f"Job output too large for the platform: {len(data)} bytes (HTTP 413)."))
                 try:
-                    sent = deliver(lambda: self.client.post_done(job_id, small, is_stream), job_id,
-                                   "error result", self.lifecycle.past_grace, sleep=self._sleep)
+                    sent = deliver(lambda timeout: self.client.post_done(job_id, small, is_stream, timeout),
+                                   job_id, "error result", self.lifecycle)
                 except Rejected as again:
                     log.error("LOST: platform rejected the error result too: %s", again, extra={"job_id": job_id})
             else:

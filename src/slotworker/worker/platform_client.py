@@ -1,9 +1,9 @@
 """The platform's HTTP client: take, done, stream, ping and stop requests.
 
-One pooled :class:`requests.Session` per worker, with a mounted adapter per
-role: takes are not retried by urllib3 (the fetch loop owns their backoff),
-result posts are retried on connection errors and 5xx with backoff. Every
-call has a timeout. Redirects are never followed, so the API key is sent
+One pooled :class:`requests.Session` per role (take, result posts, heartbeat
+and stop channel), none of which retries on its own: the fetch loop owns
+the takes' backoff and :func:`deliver` is the one retry loop of result posts,
+so the grace deadline bounds every attempt. Every call has a timeout. Redirects are never followed, so the API key is sent
 only to the URLs the platform gave us.
 """
 
@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import platform as _platform
-import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Tuple
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from .._version import __version__
+from ..backoff import Backoff
 from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
+from .lifecycle import Lifecycle
 
 log = logging.getLogger("slotworker")
 
@@ -28,6 +28,10 @@ TAKE_TIMEOUT = (10.0, 90.0)  # (connect, read): the platform long-polls a take
 POST_TIMEOUT = (10.0, 60.0)
 PING_TIMEOUT = 5.0
 THROTTLE_BACKOFF = 5.0  # what runpod waits after a 429
+#: Waits between tries of a result post: the first, and the cap it doubles up to.
+RESULT_BACKOFF = (0.2, 5.0)
+
+Timeout = Tuple[float, float]
 
 
 class PlatformError(Exception):
@@ -57,7 +61,7 @@ def user_agent() -> str:
             f" (runpod-protocol {PROTOCOL_VERSION})")
 
 
-def _session(api_key: str, retries: Optional[Retry], pool_size: int) -> requests.Session:
+def _session(api_key: str, pool_size: int) -> requests.Session:
     session = requests.Session()
     session.headers.update({
         "Content-Type": "application/json",
@@ -68,8 +72,7 @@ def _session(api_key: str, retries: Optional[Retry], pool_size: int) -> requests
     # Never pick up credentials or proxies from the environment/.netrc: the
     # platform URLs are the only place our Authorization goes.
     session.trust_env = False
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size,
-                          max_retries=retries if retries is not None else 0)
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -80,12 +83,9 @@ class PlatformClient:
 
     def __init__(self, settings: Settings, pool_size: int = 64) -> None:
         self.settings = settings
-        self._take = _session(settings.api_key, None, 4)
-        post_retry = Retry(total=3, connect=3, read=3, status=3, backoff_factor=0.2,
-                           status_forcelist=(500, 502, 503, 504), allowed_methods=None,
-                           raise_on_status=False, respect_retry_after_header=False)
-        self._post = _session(settings.api_key, post_retry, pool_size)
-        self._ping = _session(settings.api_key, None, 2)
+        self._take = _session(settings.api_key, 4)
+        self._post = _session(settings.api_key, pool_size)
+        self._ping = _session(settings.api_key, 2)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -126,12 +126,12 @@ class PlatformClient:
         raise BadResponse(f"take answered {type(jobs).__name__}, not a job or a list of jobs")
 
     # -- results ------------------------------------------------------------
-    def _post_json(self, url: str, job_id: str, body: bytes) -> None:
+    def _post_json(self, url: str, job_id: str, body: bytes, timeout: Timeout) -> None:
         headers = {"Content-Type": "application/x-www-form-urlencoded",
                    "charset": "utf-8", "X-Request-ID": str(job_id)}
         try:
             response = self._post.post(url, data=body, headers=headers,
-                                       timeout=POST_TIMEOUT, allow_redirects=False)
+                                       timeout=timeout, allow_redirects=False)
         except requests.RequestException as exc:
             raise PlatformError(f"{type(exc).__name__}: {exc}") from exc
         status = response.status_code
@@ -140,18 +140,18 @@ class PlatformClient:
         if status >= 300:
             raise Rejected(status, response.text)
 
-    def post_done(self, job_id: str, body: bytes, is_stream: bool) -> None:
+    def post_done(self, job_id: str, body: bytes, is_stream: bool, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST a job's final result (or a progress update) once; raises on failure."""
         assert self.settings.job_done_url is not None
         url = add_query(job_url(self.settings.job_done_url, job_id),
                         isStream="true" if is_stream else "false")
-        self._post_json(url, job_id, body)
+        self._post_json(url, job_id, body, timeout)
 
-    def post_stream(self, job_id: str, body: bytes) -> None:
+    def post_stream(self, job_id: str, body: bytes, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST one stream chunk (``isStream=false``, as runpod sends it)."""
         assert self.settings.job_stream_url is not None
         url = add_query(job_url(self.settings.job_stream_url, job_id), isStream="false")
-        self._post_json(url, job_id, body)
+        self._post_json(url, job_id, body, timeout)
 
     # -- heartbeat and stop channel -----------------------------------------
     def ping(self, job_ids: List[str]) -> int:
@@ -194,33 +194,35 @@ def encode(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
-def deliver(send: Callable[[], None], job_id: str, what: str, until: Callable[[], bool],
-            sleep: Callable[[float], Any] = time.sleep, max_backoff: float = 5.0) -> bool:
-    """Call ``send`` until it succeeds, backing off between tries.
+def deliver(send: Callable[[Timeout], None], job_id: str, what: str, lifecycle: Lifecycle) -> bool:
+    """Call ``send(timeout)`` until it succeeds, backing off between tries.
 
-    Gives up when ``until()`` turns true (shutdown past its grace period) or
-    the platform rejects the body outright. Returns whether it was delivered.
+    The one retry loop of result posts (the session under it does not
+    retry). Once shutdown starts, each try's timeout and each wait are cut
+    to the grace left, and a failure past the grace period gives up.
+    :class:`Rejected` (the platform refuses the body outright) is raised at
+    once. Returns whether it was delivered.
     """
-    delay = 0.2
+    backoff = Backoff(*RESULT_BACKOFF)
     attempt = 0
     while True:
         attempt += 1
         try:
-            send()
+            send(lifecycle.bound(POST_TIMEOUT))
             if attempt > 1:
                 log.info("%s delivered after %d attempts", what, attempt, extra={"job_id": job_id})
             return True
         except Rejected:
             raise
         except PlatformError as exc:
-            if until():
+            if lifecycle.past_grace():
                 log.error("LOST: %s could not be delivered before shutdown (%s)", what, exc,
                           extra={"job_id": job_id})
                 return False
+            delay = backoff.next()
             log.warning("%s not delivered (attempt %d): %s; retrying in %.1fs",
                         what, attempt, exc, delay, extra={"job_id": job_id})
-            sleep(delay)
-            delay = min(delay * 2, max_backoff)
+            lifecycle.pause(delay)
 
 
 __all__ = ["PlatformClient", "PlatformError", "Throttled", "BadResponse", "Rejected",

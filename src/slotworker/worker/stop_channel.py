@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Optional
 
+from ..backoff import Backoff
 from .platform_client import PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
 from .interruption import Registry
 
@@ -15,8 +16,8 @@ log = logging.getLogger("slotworker")
 #: An empty answer sooner than this is followed by a wait of the rest, so a
 #: platform that does not hold the poll open is not asked in a tight loop.
 POLL_FLOOR = 1.0
-#: After a failed poll: the first wait, doubled per failure up to the cap.
-ERROR_BACKOFF = (1.0, 30.0)
+#: Waits after failed polls: the first, and the cap it doubles up to.
+POLL_BACKOFF = (1.0, 30.0)
 
 
 class StopChannel:
@@ -41,7 +42,7 @@ class StopChannel:
         self._stop.set()
 
     def _run(self) -> None:
-        backoff = ERROR_BACKOFF[0]
+        backoff = Backoff(*POLL_BACKOFF)
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -51,11 +52,11 @@ class StopChannel:
                 continue
             except PlatformError as exc:
                 # A platform without the route, or down: not once a second forever.
-                log.warning("stop channel: %s; retrying in %.0fs", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, ERROR_BACKOFF[1])
+                delay = backoff.next()
+                log.warning("stop channel: %s; retrying in %.0fs", exc, delay)
+                self._stop.wait(delay)
                 continue
-            backoff = ERROR_BACKOFF[0]
+            backoff.reset()
             for job_id in ids:
                 if self.registry.stop(job_id):
                     log.info("Stopping job.", extra={"job_id": job_id})

@@ -16,17 +16,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Deque, Dict, List
 
+from ..backoff import Backoff
 from .platform_client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
 from .take_policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
-from .job_runner import JobRunner, Lifecycle
+from .job_runner import JobRunner
+from .lifecycle import Lifecycle
 
 log = logging.getLogger("slotworker")
 
 #: An empty take answered faster than this is followed by a wait of the rest,
 #: so a platform that does not hold takes open is not asked in a tight loop.
 EMPTY_TAKE_FLOOR = 0.25
-#: Backoff after a failed take: first wait, and the cap it doubles up to.
-ERROR_BACKOFF = (0.5, 8.0)
+#: Waits after failed takes: the first, and the cap it doubles up to.
+TAKE_BACKOFF = (0.5, 8.0)
 #: The executor may grow to this many threads; the slot counter, not the
 #: pool, bounds how many jobs run.
 MAX_THREADS = 4096
@@ -113,7 +115,7 @@ class Scaler:
     # -- the fetch thread ---------------------------------------------------------
     def run(self) -> None:
         """The fetch loop; returns when shutdown starts (after a take in flight)."""
-        backoff = ERROR_BACKOFF[0]
+        backoff = Backoff(*TAKE_BACKOFF)
         stopping = self.lifecycle.stopping
         while not stopping.is_set():
             self.loops += 1
@@ -143,11 +145,11 @@ class Scaler:
             except PlatformError as exc:
                 self.slots.release(granted)
                 level = logging.ERROR if isinstance(exc, BadResponse) else logging.WARNING
-                log.log(level, "take failed: %s; retrying in %.1fs", exc, backoff)
-                stopping.wait(backoff)
-                backoff = min(backoff * 2, ERROR_BACKOFF[1])
+                delay = backoff.next()
+                log.log(level, "take failed: %s; retrying in %.1fs", exc, delay)
+                stopping.wait(delay)
                 continue
-            backoff = ERROR_BACKOFF[0]
+            backoff.reset()
             elapsed = time.monotonic() - started
             self.policy.observe_take(self, granted or want, len(jobs), elapsed)
             if self.policy.reserves:

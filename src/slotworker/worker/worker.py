@@ -22,7 +22,8 @@ from .platform_client import PlatformClient
 from .interruption import Registry, Watchdog
 from .fitness import run_fitness_checks
 from .heartbeat import Heartbeat
-from .job_runner import JobRunner, Lifecycle
+from .job_runner import JobRunner
+from .lifecycle import Lifecycle
 from .take_loop import Scaler
 from ..config import Settings
 from .stop_channel import StopChannel
@@ -95,12 +96,12 @@ class Worker:
         """Run until shutdown completes; returns the process exit code.
 
         0 when every job taken reported (or was stopped by the platform);
-        1 when a fitness check failed, jobs were still running when the
-        grace period ran out, or a final result could not be posted (each
-        is logged by id as lost).
+        1 when jobs were still running when the grace period ran out, or a
+        final result could not be posted (each is logged by id as lost).
+        A failing fitness check ends the process with exit code 1 before
+        the first take.
         """
-        if not run_fitness_checks():
-            return 1
+        run_fitness_checks(self.settings)
         slots_module.warn_if_fallback()
         log.info("slotworker %s | worker %s | slots: %s backend | take policy: %s",
                  __version__, self.settings.worker_id, slots_module.BACKEND, self.scaler.policy.name)
@@ -108,6 +109,7 @@ class Worker:
         self.stop_channel.start()
         self.fetch_thread = threading.Thread(target=self._fetch, name="slotworker-fetch", daemon=True)
         self.fetch_thread.start()
+        self.lifecycle.running()
         try:
             # Short waits, not one long one: Python runs a signal handler in
             # the main thread only when that thread runs bytecode. The kernel
@@ -150,5 +152,6 @@ class Worker:
         if self.runner.lost_results:
             log.error("LOST: %d final result(s) could not be posted (see the LOST lines above for their ids)",
                       self.runner.lost_results)
+        self.lifecycle.stopped()
         log.info("worker stopped")
         return 1 if left or self.runner.lost_results else 0
