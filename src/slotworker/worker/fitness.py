@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable, List
 
-from ..config import PROTOCOL_VERSION
+from ..config import PROTOCOL_VERSION, Settings
 
 log = logging.getLogger("slotworker")
 
@@ -51,14 +51,11 @@ def registered() -> List[Callable[[], Any]]:
     return list(_checks)
 
 
-def report_unhealthy(check: str, reason: str) -> None:
+def report_unhealthy(settings: Settings, check: str, reason: str) -> None:
     """One best-effort ``GET`` of the ping URL with ``status=unhealthy``, as runpod sends it."""
-    ping_url = os.environ.get("RUNPOD_WEBHOOK_PING")
-    api_key = os.environ.get("RUNPOD_AI_API_KEY")
-    if not ping_url or ping_url == "PING_NOT_SET" or not api_key:
+    url, api_key = settings.ping_url, settings.api_key
+    if not url or url == "PING_NOT_SET" or not api_key:
         return
-    worker_id = os.environ.get("RUNPOD_POD_ID", "")
-    url = ping_url.replace("$RUNPOD_POD_ID", worker_id).replace("$ID", worker_id)
     try:
         import requests
 
@@ -82,16 +79,15 @@ def _exit_unhealthy() -> None:
     os._exit(1)
 
 
-def run_fitness_checks(exit_on_failure: bool = True) -> bool:
-    """Run the registered checks in order.
+def run_fitness_checks(settings: Settings) -> None:
+    """Run the registered checks in order; return when every one passed.
 
-    On the first failure: log it, report it, and end the process with exit
-    code 1 (``exit_on_failure=False``: return False instead). True when every
-    check passed (or none is registered).
+    On the first failure: log it, report it to the ping URL of ``settings``,
+    and end the process with exit code 1.
     """
     if not _checks:
         log.debug("no fitness checks registered, skipping")
-        return True
+        return
     log.info("running %d fitness check(s)...", len(_checks))
     total = time.perf_counter()
     for check in list(_checks):
@@ -104,14 +100,11 @@ def run_fitness_checks(exit_on_failure: bool = True) -> bool:
         except Exception as exc:
             log.error("Fitness check failed: %s | %s: %s", name, type(exc).__name__, exc)
             log.debug("traceback:\n%s", traceback.format_exc())
-            report_unhealthy(name, f"{type(exc).__name__}: {exc}")
-            if not exit_on_failure:
-                return False
+            report_unhealthy(settings, name, f"{type(exc).__name__}: {exc}")
             log.error("Worker is unhealthy, exiting.")
             _exit_unhealthy()
         log.debug("fitness check passed: %s (%.2fms)", name, (time.perf_counter() - started) * 1000)
     log.info("all fitness checks passed (%.2fms)", (time.perf_counter() - total) * 1000)
-    return True
 
 
 async def _await(awaitable: Any) -> Any:

@@ -25,7 +25,6 @@ class Heartbeat:
         self.job_ids = job_ids
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.sent = 0
 
     def start(self) -> None:
         """Start pinging (first ping at once)."""
@@ -43,7 +42,6 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 status = self.client.ping(self.job_ids())
-                self.sent += 1
                 if status >= 300:
                     log.warning("heartbeat answered %d", status)
             except PlatformError as exc:

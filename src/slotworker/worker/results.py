@@ -1,13 +1,12 @@
 """What a handler returned, shaped into the bodies runpod 1.12.0 posts.
 
-Pure functions, no I/O: the runner and local mode share them.
+Pure functions, no I/O and no environment: the runner and local mode share them.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
 import platform
 import time
 import traceback
@@ -44,8 +43,8 @@ def error_info(exc: BaseException, hostname: "str | None" = None, worker_id: "st
         "error_type": str(type(exc)),
         "error_message": str(exc),
         "error_traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "hostname": hostname or os.environ.get("RUNPOD_POD_HOSTNAME", "unknown"),
-        "worker_id": worker_id or os.environ.get("RUNPOD_POD_ID", "unknown"),
+        "hostname": hostname or "unknown",
+        "worker_id": worker_id or "unknown",
         "runpod_version": PROTOCOL_VERSION,
     }
 
