@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 from slotworker.platform import Platform
-from slotworker.config import Settings
+from slotworker.config import Options, Settings
 from slotworker.worker.worker import Worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,7 @@ class WorkerThread:
         if concurrency is not None and "concurrency_modifier" not in config:
             config["concurrency_modifier"] = lambda current: concurrency
         environment = dict(platform.worker_env(worker_id), **(env or {}))
-        self.worker = Worker(config, Settings.from_env(environment))
+        self.worker = Worker(Options.load(config, settings=Settings.from_env(environment)))
         self.exit_code: Optional[int] = None
         self.thread = threading.Thread(target=self._run, name=f"test-worker-{worker_id}", daemon=True)
 
@@ -60,7 +60,7 @@ class WorkerThread:
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Poll ``predicate`` until true or ``timeout``: for state no Condition announces
-    (a loop counter, the scaler's pending queue)."""
+    (a loop counter, the take loop's pending queue)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -6,17 +6,17 @@ the same fetch loop, slots and result path as in production.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Dict
 
 from ..worker import fitness
-from ..config import Settings
+from ..config import Options, Settings
 from ..worker.worker import Worker
 
 log = logging.getLogger("slotworker")
 
 
-def serve_api(config: Dict[str, Any], host: str = "localhost", port: int = 8000) -> int:
+def serve_api(options: Options, host: str = "localhost", port: int = 8000) -> int:
     """Serve the API on ``host:port`` until SIGINT/SIGTERM; returns the exit code.
 
     Fitness checks are for the deployed worker only (as in runpod): here they
@@ -37,7 +37,7 @@ def serve_api(config: Dict[str, Any], host: str = "localhost", port: int = 8000)
                  "try: curl -s -X POST %s/runsync -H 'Content-Type: application/json' "
                  "-d '{\"input\": {}}'", platform.url, platform.url, platform.url)
         settings = Settings.from_env(platform.worker_env(worker_id="local-worker"))
-        worker = Worker(config, settings)
+        worker = Worker(dataclasses.replace(options, settings=settings))
         worker.install_signal_handlers()
         return worker.run()
     finally:

@@ -7,15 +7,16 @@ keeps what the runner would have posted.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 from typing import Any, Dict, List, Optional
 
+from ..config import Options
 from ..worker.interruption import Registry, Watchdog
 from ..worker.job_runner import JobRunner
 from ..worker.lifecycle import Lifecycle
-from ..config import Settings
 
 log = logging.getLogger("slotworker")
 
@@ -55,9 +56,9 @@ def load_test_job(rp_args: Dict[str, Any], cwd: str = ".") -> Optional[Dict[str,
         return json.load(handle)
 
 
-def run_local(config: Dict[str, Any], settings: Optional[Settings] = None) -> int:
+def run_local(options: Options) -> int:
     """Run the one local job, print its result; returns the exit code."""
-    rp_args = config.get("rp_args") or {}
+    rp_args = options.flags
     try:
         job = load_test_job(rp_args)
     except ValueError as exc:
@@ -71,12 +72,10 @@ def run_local(config: Dict[str, Any], settings: Optional[Settings] = None) -> in
         return 1
     job.setdefault("id", "local_test")
     # Locally the stream is the result a developer wants to see.
-    config = dict(config, return_aggregate_stream=True)
+    options = dataclasses.replace(options, return_aggregate_stream=True)
     sink = LocalResults()
-    settings = settings or Settings.from_env()
-    lifecycle = Lifecycle()
     watchdog = Watchdog()
-    runner = JobRunner(config, sink, settings, Registry(), watchdog, lifecycle,  # type: ignore[arg-type]
+    runner = JobRunner(options, sink, Registry(), watchdog, Lifecycle(),  # type: ignore[arg-type]
                        on_refresh=lambda job_id: None)
     runner.run(job)
     watchdog.close()

@@ -19,7 +19,7 @@ from . import progress, results
 from .platform_client import PlatformClient, Rejected, deliver, encode
 from .lifecycle import Lifecycle
 from .interruption import JobInterrupted, JobStopped, JobTimedOut, Registry, RunningJob, Watchdog
-from ..config import Settings
+from ..config import Options
 
 log = logging.getLogger("slotworker")
 
@@ -53,18 +53,17 @@ def is_generator_handler(handler: Callable[..., Any]) -> bool:
 class JobRunner:
     """Runs jobs with one handler and posts their results."""
 
-    def __init__(self, config: Dict[str, Any], client: PlatformClient, settings: Settings,
-                 registry: Registry, watchdog: Watchdog, lifecycle: Lifecycle,
-                 on_refresh: Callable[[str], None]) -> None:
-        self.handler = config["handler"]
+    def __init__(self, options: Options, client: PlatformClient, registry: Registry, watchdog: Watchdog,
+                 lifecycle: Lifecycle, on_refresh: Callable[[str], None]) -> None:
+        self.handler = options.handler
         self.streams = is_generator_handler(self.handler)
-        self.aggregate = bool(config.get("return_aggregate_stream", False))
-        self.refresh_every_job = bool(config.get("refresh_worker", False))
-        self.debugger = bool((config.get("rp_args") or {}).get("rp_debugger"))
-        self.job_timeout = config.get("job_timeout")
-        self.ready_at = config.get("reference_counter_start")
+        self.aggregate = options.return_aggregate_stream
+        self.refresh_every_job = options.refresh_worker
+        self.debugger = bool(options.flags.get("rp_debugger"))
+        self.job_timeout = options.job_timeout
+        self.ready_at = options.started_at
         self.client = client
-        self.settings = settings
+        self.settings = options.settings
         self.registry = registry
         self.watchdog = watchdog
         self.lifecycle = lifecycle
@@ -127,7 +126,7 @@ class JobRunner:
             self._finish(job_id, results.plain_error("Job has missing field(s): input."), False, running)
             return
         if self.job_timeout:
-            self.watchdog.arm(running, float(self.job_timeout))
+            self.watchdog.arm(running, self.job_timeout)
         log.info("Started.", extra={"job_id": job_id})
         started = time.perf_counter()
         try:
