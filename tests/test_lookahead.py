@@ -55,7 +55,7 @@ def primed_with_pending(platform, gate, starts, slots=2, env=None):
     assert platform.wait_until(lambda p: len(taken(p, ids)) >= 2 * slots, DEADLINE)
     blocked, ahead = ids[:slots], ids[slots:2 * slots]
     # The platform marks a job taken before the answer reaches the worker.
-    assert wait_for(lambda: len(wt.worker.scaler.pending) == slots)
+    assert wait_for(lambda: len(wt.worker.take_loop.pending) == slots)
     assert gate.wait_started(2 * slots, DEADLINE)
     assert sorted(gate.running()) == sorted(blocked)
     return wt, blocked, ahead, ids
@@ -102,7 +102,7 @@ def test_jobs_taken_ahead_start_in_order_as_slots_free(make_platform):
         wt, blocked, ahead, ids = primed_with_pending(platform, gate, starts)
         # Taken, not started: they wait for a slot rather than oversubscribe.
         assert not set(ahead) & set(gate.started)
-        assert list(wt.worker.scaler.pending)[0]["id"] == ahead[0]
+        assert list(wt.worker.take_loop.pending)[0]["id"] == ahead[0]
         # gate.started: the two warm jobs, the two blocked, then the ones taken ahead.
         gate.open(blocked[0])
         assert gate.wait_started(5, DEADLINE)
@@ -134,7 +134,7 @@ def test_shutdown_runs_and_reports_every_pending_job(make_platform):
     gate = Gate()
     wt, blocked, ahead, ids = primed_with_pending(platform, gate, Starts(gate.enter))
     try:
-        assert len(wt.worker.scaler.pending) == 2
+        assert len(wt.worker.take_loop.pending) == 2
         wt.worker.shutdown("test: pending jobs")
     finally:
         gate.open_all()

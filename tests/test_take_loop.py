@@ -83,7 +83,7 @@ def test_full_worker_stops_taking_promptly_on_shutdown(platform):
     try:
         assert gate.wait_started(4)
         # The fetch loop has come round after its take: it is full, and waits.
-        assert wait_for(lambda: wt.worker.scaler.loops >= 2)
+        assert wait_for(lambda: wt.worker.take_loop.loops >= 2)
         asked = time.monotonic()
         wt.worker.shutdown("test")
         wt.worker.fetch_thread.join(DEADLINE)
@@ -105,8 +105,8 @@ def test_zero_concurrency_waits_without_busy_looping(platform):
         window = 2.5
         assert not platform.wait_until(lambda p: len(p.takes()) > 0, window)
         # One loop per FULL_WAIT_SECONDS, give or take the first and the last.
-        assert wt.worker.scaler.loops <= window / FULL_WAIT_SECONDS + 2
-        assert wt.worker.scaler.takes == 0
+        assert wt.worker.take_loop.loops <= window / FULL_WAIT_SECONDS + 2
+        assert wt.worker.take_loop.takes == 0
 
 
 def test_single_slot_worker_takes_again_as_soon_as_its_job_finishes(platform):

@@ -1,10 +1,20 @@
-"""The fetch loop: decide how many jobs to take, take them, hand them out.
+"""The take loop: decide how many jobs to take, take them, hand them out.
 
-One fetch thread runs :meth:`Scaler.run`. Each loop applies the
-``concurrency_modifier``, reserves free slots, takes that many jobs (a batch
-take when more than one) and submits each to the executor. When the worker
-is full it waits on :attr:`Scaler.job_exited` as the take policy says (see
-:mod:`slotworker.worker.take_policies`); it never spins.
+One fetch thread runs :meth:`TakeLoop.run`. Each turn applies the
+``concurrency_modifier``, asks the take policy (:mod:`.take_policies`) how
+many jobs to take, reserves the free slots among them, takes (a batch take
+when more than one) and hands each job to the executor; a job taken ahead of
+its slot waits in :attr:`TakeLoop.pending` and starts, oldest first, as a
+slot frees. When the policy says the worker is full, the policy waits on
+:attr:`TakeLoop.job_exited` through the loop's :class:`~.take_policies.LoopView`;
+the loop never spins.
+
+Locking, after :mod:`queue`: one mutex, ``_mutex``, guards ``pending`` and
+``_wake_when``; the Condition ``job_exited`` shares it. The slot counter is
+lock-free and may be read anywhere; it is changed by the fetch thread
+(reserve, resize) and by job threads (release), and a job's slot is taken
+for a pending job only under ``_mutex``, so a pending job never waits beside
+a free slot.
 """
 
 from __future__ import annotations
@@ -14,13 +24,14 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Deque, Dict, List
+from typing import Any, Callable, Deque, List
 
 from ..backoff import Backoff
-from .platform_client import BadResponse, PlatformClient, PlatformError, Throttled, THROTTLE_BACKOFF
-from .take_policies import FULL_WAIT_SECONDS, TakePolicy, make_policy
+from ..config import Options
 from .job_runner import JobRunner
 from .lifecycle import Lifecycle
+from .platform_client import THROTTLE_BACKOFF, BadResponse, PlatformClient, PlatformError, Throttled
+from .take_policies import FULL_WAIT_SECONDS, Snapshot, TakePolicy, make_policy
 
 log = logging.getLogger("slotworker")
 
@@ -34,66 +45,69 @@ TAKE_BACKOFF = (0.5, 8.0)
 MAX_THREADS = 4096
 
 
-def _default_modifier(current: int) -> int:
+def _unchanged(current: int) -> int:
     return current
 
 
-class Scaler:
+def _never() -> bool:
+    return False
+
+
+class TakeLoop:
     """Takes jobs while there are free slots; runs each on the executor."""
 
-    def __init__(self, config: Dict[str, Any], client: PlatformClient, runner: JobRunner,
+    def __init__(self, options: Options, client: PlatformClient, runner: JobRunner,
                  slots: Any, lifecycle: Lifecycle) -> None:
         self.client = client
         self.runner = runner
         self.slots = slots
         self.lifecycle = lifecycle
-        self.modifier: Callable[[int], int] = config.get("concurrency_modifier") or _default_modifier
-        self.policy: TakePolicy = make_policy(config.get("take_policy", "drain"))
+        self.modifier: Callable[[int], int] = options.concurrency_modifier or _unchanged
+        self.policy: TakePolicy = make_policy(options.take_policy)
         self._mutex = threading.Lock()
-        # job_exited: notified by every job's thread as it releases its slot,
-        # and by shutdown(); waited on by the fetch thread when it is full.
+        # job_exited: notified by a job's thread after it releases its slot,
+        # when a waiter's predicate now holds; by a capacity change; and by
+        # wake() (shutdown). Waited on by the fetch thread while full (through
+        # the policy) and by drain() at shutdown.
         self.job_exited = threading.Condition(self._mutex)
         # What each waiter on job_exited waits for. A job's exit notifies only
         # when one of these holds, so a full worker is not woken once per job
         # to find itself still full. Guarded by _mutex.
         self._wake_when: List[Callable[[], bool]] = []
-        # Jobs taken ahead of their slot (policies with reserves=False), in
-        # arrival order; guarded by _mutex. Each starts as a slot frees.
+        # Jobs taken ahead of their slot, in arrival order. Guarded by _mutex.
         self.pending: Deque[Any] = collections.deque()
         self.executor = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="slotworker-job")
-        self.loops = 0       # fetch-loop iterations (tests count these)
+        self.loops = 0       # fetch-loop turns (tests count these)
         self.takes = 0       # take requests sent
 
-    # -- concurrency ----------------------------------------------------------
-    def apply_modifier(self) -> int:
-        """Ask the modifier for the capacity and resize the slots to it."""
-        current = self.slots.capacity
-        try:
-            wanted = self.modifier(current)
-            wanted = int(wanted)
-            if wanted < 0:
-                raise ValueError(f"negative concurrency {wanted}")
-        except Exception as exc:  # a broken modifier must not stop the worker
-            log.error("concurrency_modifier failed (%s); keeping concurrency %d", exc, current)
-            return current
-        if wanted != current:
-            self.slots.resize(wanted)
-            log.debug("concurrency set to %d", wanted)
-            with self.job_exited:  # raising capacity may end a full wait
-                self._start_pending()
-                self.job_exited.notify_all()
-        return wanted
+    # -- the policy's view (LoopView) -------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """Free slots, slots in use and pending jobs, read together under ``_mutex``."""
+        with self._mutex:
+            free, in_use = self.slots.free, self.slots.in_use
+            return Snapshot(free, in_use, len(self.pending))
 
-    # -- waiting ----------------------------------------------------------------
-    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait on :attr:`job_exited` until ``predicate()``, shutdown, or ``timeout``.
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait until no job runs or waits here, shutdown, or ``timeout``."""
+        return self._wait(self._drained, time.monotonic() + timeout, until_shutdown=True)
+
+    def wait_free(self, timeout: float) -> bool:
+        """Wait until a slot is free that no pending job will take, shutdown, or ``timeout``."""
+        return self._wait(self._has_spare_slot, time.monotonic() + timeout, until_shutdown=True)
+
+    # Predicates: called with _mutex held.
+    def _drained(self) -> bool:
+        return self.slots.in_use == 0 and not self.pending
+
+    def _has_spare_slot(self) -> bool:
+        return self.slots.free > len(self.pending)
+
+    def _wait(self, predicate: Callable[[], bool], deadline: float, until_shutdown: bool) -> bool:
+        """Wait on :attr:`job_exited` until ``predicate()``, ``deadline``, or (if asked) shutdown.
 
         The predicate is checked under the Condition's lock, so a job that
         exits between the check and the wait is not missed.
         """
-        return self._wait(predicate, time.monotonic() + timeout, until_shutdown=True)
-
-    def _wait(self, predicate: Callable[[], bool], deadline: float, until_shutdown: bool) -> bool:
         stopping = self.lifecycle.stopping
         with self.job_exited:
             self._wake_when.append(predicate)
@@ -108,9 +122,28 @@ class Scaler:
                 self._wake_when.remove(predicate)
 
     def wake(self) -> None:
-        """Wake the fetch thread (shutdown, capacity change)."""
+        """Wake the fetch thread (shutdown)."""
         with self.job_exited:
             self.job_exited.notify_all()
+
+    # -- concurrency ----------------------------------------------------------
+    def apply_modifier(self) -> int:
+        """Ask the modifier for the capacity and resize the slots to it."""
+        current = self.slots.capacity
+        try:
+            wanted = int(self.modifier(current))
+            if wanted < 0:
+                raise ValueError(f"negative concurrency {wanted}")
+        except Exception as exc:  # a broken modifier must not stop the worker
+            log.error("concurrency_modifier failed (%s); keeping concurrency %d", exc, current)
+            return current
+        if wanted != current:
+            self.slots.resize(wanted)
+            log.debug("concurrency set to %d", wanted)
+            with self.job_exited:  # more slots may start pending jobs or end a full wait
+                self._start_pending_locked()
+                self.job_exited.notify_all()
+        return wanted
 
     # -- the fetch thread ---------------------------------------------------------
     def run(self) -> None:
@@ -119,31 +152,28 @@ class Scaler:
         stopping = self.lifecycle.stopping
         while not stopping.is_set():
             self.loops += 1
-            capacity = self.apply_modifier()
-            if capacity == 0:
+            if self.apply_modifier() == 0:
                 # Not "all free": nothing may run. Wait the full bound.
-                self.wait_until(lambda: False, FULL_WAIT_SECONDS)
+                self._wait(_never, time.monotonic() + FULL_WAIT_SECONDS, until_shutdown=True)
                 continue
-            want = self.policy.how_many(self)
+            snapshot = self.snapshot()
+            want = self.policy.how_many(snapshot)
             if want <= 0:
                 self.policy.wait_full(self)
                 continue
-            if self.policy.reserves:
-                granted = self.slots.try_acquire(want)
-                if granted == 0:
-                    continue
-            else:
-                granted = 0  # taken ahead: each job claims its slot as it frees (_admit)
+            # Slots free now are reserved for this take, so nothing else can
+            # oversubscribe them; jobs asked beyond them wait for a slot.
+            reserved = self.slots.try_acquire(min(want, snapshot.free)) if snapshot.free else 0
             started = time.monotonic()
             try:
-                jobs = self._take(granted or want, granted)
+                jobs = self._take(want, reserved)
             except Throttled:
-                self.slots.release(granted)
+                self._give_back(reserved)
                 log.warning("platform throttled the take (429); waiting %.0fs", THROTTLE_BACKOFF)
                 stopping.wait(THROTTLE_BACKOFF)
                 continue
             except PlatformError as exc:
-                self.slots.release(granted)
+                self._give_back(reserved)
                 level = logging.ERROR if isinstance(exc, BadResponse) else logging.WARNING
                 delay = backoff.next()
                 log.log(level, "take failed: %s; retrying in %.1fs", exc, delay)
@@ -151,11 +181,8 @@ class Scaler:
                 continue
             backoff.reset()
             elapsed = time.monotonic() - started
-            self.policy.observe_take(self, granted or want, len(jobs), elapsed)
-            if self.policy.reserves:
-                self._dispatch(jobs, granted)
-            else:
-                self._admit(jobs)
+            self.policy.observe_take(want, len(jobs), elapsed)
+            self._hand_out(jobs, want, reserved)
             if not jobs and elapsed < EMPTY_TAKE_FLOOR:
                 stopping.wait(EMPTY_TAKE_FLOOR - elapsed)
         log.debug("fetch loop stopped")
@@ -168,48 +195,51 @@ class Scaler:
             log.debug("took %d job(s) of %d asked", len(jobs), n)
         return jobs
 
-    def _dispatch(self, jobs: List[Any], granted: int) -> None:
-        """Submit every job taken; give back the reservations not used."""
-        if len(jobs) < granted:
-            self.slots.release(granted - len(jobs))
-        for index, job in enumerate(jobs):
-            holds_slot = index < granted
-            if not holds_slot:
-                # More than we asked for: it was taken, so it runs, past capacity.
-                log.warning("platform sent more jobs than asked (%d > %d); running the extra one anyway",
-                            len(jobs), granted)
-            self.executor.submit(self._job_thread, job, holds_slot)
+    def _hand_out(self, jobs: List[Any], asked: int, reserved: int) -> None:
+        """Start a job per reserved slot; queue the rest; give back reservations not used."""
+        if len(jobs) > asked:
+            log.warning("platform sent more jobs than asked (%d > %d); the extra ones wait for a slot",
+                        len(jobs), asked)
+        for job in jobs[:reserved]:
+            self._start(job)
+        unused, ahead = reserved - len(jobs), jobs[reserved:]
+        if unused > 0 or ahead:
+            with self._mutex:
+                if unused > 0:
+                    self.slots.release(unused)
+                self.pending.extend(ahead)
+                self._start_pending_locked()
 
-    def _admit(self, jobs: List[Any]) -> None:
-        """Queue jobs taken ahead of their slots; start those that have one."""
-        with self._mutex:
-            self.pending.extend(jobs)
-            self._start_pending()
+    def _give_back(self, reserved: int) -> None:
+        if reserved:
+            with self._mutex:
+                self.slots.release(reserved)
+                self._start_pending_locked()
 
-    def _start_pending(self) -> None:
-        """Start pending jobs, oldest first, while slots are free. Hold ``_mutex``.
+    # -- jobs -----------------------------------------------------------------------
+    def _start(self, job: Any) -> None:
+        """Run ``job`` on the executor; its slot is already held."""
+        # Observed here, not in the job's thread, so that the fetch loop's
+        # next look already counts it.
+        self.policy.observe_start()
+        self.executor.submit(self._job_thread, job)
 
-        Every slot release is followed by this call under the lock, so a
-        pending job never waits beside a free slot.
-        """
+    def _start_pending_locked(self) -> None:
+        """Start pending jobs, oldest first, while slots are free. Hold ``_mutex``."""
         pending = self.pending
         while pending and self.slots.try_acquire(1):
-            # Observed here, not in the job's thread, so that the fetch loop's
-            # next look already counts it.
-            self.policy.observe_start(self)
-            self.executor.submit(self._job_thread, pending.popleft(), True)
+            self._start(pending.popleft())
 
-    def _job_thread(self, job: Any, holds_slot: bool) -> None:
+    def _job_thread(self, job: Any) -> None:
         started = time.monotonic()
         try:
             self.runner.run(job)
         finally:
-            if holds_slot:
-                self.slots.release(1)
-            self.policy.observe_job(self, time.monotonic() - started)
+            self.slots.release(1)
+            self.policy.observe_exit(time.monotonic() - started)
             with self.job_exited:
                 if self.pending:
-                    self._start_pending()
+                    self._start_pending_locked()
                 if any(wanted() for wanted in self._wake_when):
                     self.job_exited.notify_all()
 
@@ -225,11 +255,11 @@ class Scaler:
 
     # -- shutdown -------------------------------------------------------------------
     def drain(self, deadline: float) -> int:
-        """Wait until no slot is held and nothing is pending, or ``deadline``.
+        """Wait until no job runs or waits here, or ``deadline``.
 
         Returns the jobs not finished: running, plus pending ones (taken, so
         they are run, not abandoned).
         """
-        self._wait(lambda: self.slots.in_use == 0 and not self.pending, deadline, until_shutdown=False)
+        self._wait(self._drained, deadline, until_shutdown=False)
         with self.job_exited:
             return self.slots.in_use + len(self.pending)

@@ -1,18 +1,31 @@
 """Take policies: how many jobs to ask for, and how a full worker waits.
 
-Selected by the config key ``take_policy``. Each is small on purpose:
+The take loop (:mod:`slotworker.worker.take_loop`) is the mechanism: it
+reserves slots, takes, hands jobs out and notifies. A policy only decides,
+through the narrow :class:`LoopView` the loop gives it::
 
-- ``drain`` (default): take every free slot; when full, wait on the
-  scaler's ``job_exited`` Condition until no job is in progress, at most
-  :data:`FULL_WAIT_SECONDS`, so a drained worker takes a full batch at once
-  and one straggler cannot hold the freed slots idle for longer than that.
+    loop                               policy
+    ----                               ------
+    snapshot = view.snapshot()  ---->  how_many(snapshot) -> n   (0: full)
+    n == 0                      ---->  wait_full(view)           (blocks)
+    take(n) answered            ---->  observe_take(asked, got, seconds)
+    a job gets its slot         ---->  observe_start()
+    a job's thread exits        ---->  observe_exit(seconds)     (job thread)
+
+``observe_*`` may be called from any thread; the others only from the fetch
+thread. Selected by the config key ``take_policy``:
+
+- ``drain`` (default): take every free slot; when full, wait until no job is
+  in progress, at most :data:`FULL_WAIT_SECONDS`, so a drained worker takes a
+  full batch at once and one straggler cannot hold the freed slots idle for
+  longer than that.
 - ``fixed``: when full, sleep :data:`FULL_WAIT_SECONDS` (runpod 1.12.0's
   behaviour), kept only as the benchmark's reference arm.
 - ``lookahead``: take before the slots free, timed so that the answer lands
   as they free. It estimates the take's round trip and a job's run time
   (EWMAs of what it has seen) and asks for the slots expected to be free
-  when the answer arrives. Such jobs claim no slot at take time: they wait
-  in the scaler's ``pending`` queue, in order, and start as slots free.
+  when the answer arrives; jobs that arrive before their slot wait in the
+  loop's pending queue, in order, and start as slots free.
 """
 
 from __future__ import annotations
@@ -21,40 +34,54 @@ import bisect
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Deque, Dict, Optional, Type
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .take_loop import Scaler
+from typing import Deque, Dict, List, NamedTuple, Optional, Protocol, Type
 
 #: The most a full worker waits before it looks at its slots again.
 FULL_WAIT_SECONDS = 1.0
 
 
+class Snapshot(NamedTuple):
+    """The slots as the loop saw them in one consistent read."""
+
+    free: int      #: slots free now
+    in_use: int    #: slots held by running jobs
+    pending: int   #: jobs taken and waiting for a slot
+
+
+class LoopView(Protocol):
+    """What a policy may read and wait on; the take loop implements it."""
+
+    def snapshot(self) -> Snapshot:
+        """Free slots, slots in use and pending jobs, read together under the loop's lock."""
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Block until no job runs or waits here, shutdown, or ``timeout``; True if drained."""
+
+    def wait_free(self, timeout: float) -> bool:
+        """Block until a slot is free that no pending job will take, shutdown, or ``timeout``."""
+
+
 class TakePolicy:
-    """The interface the fetch loop drives; the base class is ``drain``."""
+    """The interface the take loop drives; the base class is ``drain``."""
 
     name = "drain"
-    #: True: the fetch loop reserves the slots before the take. False: jobs
-    #: are taken ahead of their slots and wait in ``scaler.pending``.
-    reserves = True
 
-    def how_many(self, scaler: "Scaler") -> int:
-        """Slots to take now; 0 means the worker counts as full."""
-        return scaler.slots.free
+    def how_many(self, snapshot: Snapshot) -> int:
+        """Jobs to ask for now; 0 means the worker counts as full."""
+        return snapshot.free
 
-    def wait_full(self, scaler: "Scaler") -> None:
+    def wait_full(self, view: LoopView) -> None:
         """Block while full: until no job is in progress, shutdown, or the bound."""
-        slots = scaler.slots
-        scaler.wait_until(lambda: slots.in_use == 0, FULL_WAIT_SECONDS)
+        view.wait_drained(FULL_WAIT_SECONDS)
 
-    def observe_take(self, scaler: "Scaler", asked: int, got: int, seconds: float) -> None:
-        """Called after each successful take with its round trip."""
+    def observe_take(self, asked: int, got: int, seconds: float) -> None:
+        """A take was answered: ``got`` of ``asked`` jobs after ``seconds``."""
 
-    def observe_start(self, scaler: "Scaler") -> None:
-        """Called as a job is handed its slot (lookahead's pending jobs only)."""
+    def observe_start(self) -> None:
+        """A job was handed its slot."""
 
-    def observe_job(self, scaler: "Scaler", seconds: float) -> None:
-        """Called from a job's thread as it exits, with its run time."""
+    def observe_exit(self, seconds: float) -> None:
+        """A job's thread is exiting after running it for ``seconds``."""
 
 
 class DrainPolicy(TakePolicy):
@@ -62,11 +89,11 @@ class DrainPolicy(TakePolicy):
 
 
 class FixedPolicy(TakePolicy):
-    """The old fixed sleep when full."""
+    """Sleep a fixed second when full, as runpod 1.12.0 does."""
 
     name = "fixed"
 
-    def wait_full(self, scaler: "Scaler") -> None:
+    def wait_full(self, view: LoopView) -> None:
         # A plain sleep, as runpod's asyncio.sleep(1): not even shutdown ends it.
         time.sleep(FULL_WAIT_SECONDS)
 
@@ -86,22 +113,22 @@ class LookaheadPolicy(TakePolicy):
     """
 
     name = "lookahead"
-    reserves = False
     #: EWMA weights: a take is rarer than a job exit, so it weighs more.
     TAKE_ALPHA = 0.3
     JOB_ALPHA = 0.1
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _starts (job threads and the fetch thread)
+        # Guards _starts and job_seconds: job threads and the fetch thread.
+        self._lock = threading.Lock()
         self._starts: Deque[float] = collections.deque()  # running jobs' starts, oldest first
-        self.round_trip: Optional[float] = None
+        self.round_trip: Optional[float] = None  # written by the fetch thread only
         self.job_seconds: Optional[float] = None
 
-    def observe_start(self, scaler: "Scaler") -> None:
+    def observe_start(self) -> None:
         with self._lock:
             self._starts.append(time.monotonic())
 
-    def observe_job(self, scaler: "Scaler", seconds: float) -> None:
+    def observe_exit(self, seconds: float) -> None:
         # Jobs of a like length end in start order: dropping the oldest start
         # is exact for them and a cheap approximation otherwise.
         with self._lock:
@@ -109,38 +136,35 @@ class LookaheadPolicy(TakePolicy):
                 self._starts.popleft()
             self.job_seconds = _ewma(self.job_seconds, seconds, self.JOB_ALPHA)
 
-    def observe_take(self, scaler: "Scaler", asked: int, got: int, seconds: float) -> None:
+    def observe_take(self, asked: int, got: int, seconds: float) -> None:
         # Only a full answer measures the round trip: a partial one may have
         # sat in the platform's long poll waiting for work.
         if got >= asked > 0:
             self.round_trip = _ewma(self.round_trip, seconds, self.TAKE_ALPHA)
 
-    def _starts_list(self) -> "list[float]":
+    def _estimates(self) -> "tuple[Optional[float], Optional[float], List[float]]":
         with self._lock:
-            return list(self._starts)
+            return self.round_trip, self.job_seconds, list(self._starts)
 
-    def how_many(self, scaler: "Scaler") -> int:
-        free = scaler.slots.free
-        rtt, run = self.round_trip, self.job_seconds
+    def how_many(self, snapshot: Snapshot) -> int:
+        rtt, run, starts = self._estimates()
         if rtt is None or run is None:
-            return free
+            return snapshot.free
         now = time.monotonic()
-        starts = self._starts_list()
         # Ends in (now - rtt, now + rtt]: free by the time the answer lands.
         soon = bisect.bisect_right(starts, now + rtt - run) - bisect.bisect_right(starts, now - rtt - run)
-        return max(0, free + soon - len(scaler.pending))
+        return max(0, snapshot.free + soon - snapshot.pending)
 
-    def wait_full(self, scaler: "Scaler") -> None:
-        rtt, run = self.round_trip, self.job_seconds
+    def wait_full(self, view: LoopView) -> None:
+        rtt, run, starts = self._estimates()
         if rtt is None or run is None:
-            super().wait_full(scaler)
+            super().wait_full(view)
             return
         now = time.monotonic()
         # Wake when the next take must leave to land as the earliest job ends.
-        wakes = [s + run - rtt for s in self._starts_list() if s + run - rtt > now]
+        wakes = [s + run - rtt for s in starts if s + run - rtt > now]
         timeout = min(FULL_WAIT_SECONDS, min(wakes) - now + 0.001) if wakes else FULL_WAIT_SECONDS
-        slots, pending = scaler.slots, scaler.pending
-        scaler.wait_until(lambda: slots.free > len(pending), timeout)
+        view.wait_free(timeout)
 
 
 POLICIES: Dict[str, Type[TakePolicy]] = {"drain": DrainPolicy, "fixed": FixedPolicy,

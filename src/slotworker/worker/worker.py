@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from .. import slots as slots_module
 from .._version import __version__
@@ -24,39 +24,34 @@ from .fitness import run_fitness_checks
 from .heartbeat import Heartbeat
 from .job_runner import JobRunner
 from .lifecycle import Lifecycle
-from .take_loop import Scaler
-from ..config import Settings
+from .take_loop import TakeLoop
+from ..config import Options
 from .stop_channel import StopChannel
 
 log = logging.getLogger("slotworker")
 
-#: Seconds running jobs get to finish and report after shutdown starts.
-DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Longest delay, in seconds, before the main thread runs a signal handler.
 SIGNAL_POLL = 0.1
 
 
 class Worker:
-    """One worker process's job loop against the platform in ``settings``."""
+    """One worker process's job loop against the platform in ``options.settings``."""
 
-    def __init__(self, config: Dict[str, Any], settings: Optional[Settings] = None) -> None:
-        if not callable(config.get("handler")):
-            raise ValueError("config['handler'] must be a callable")
-        self.config = config
-        self.settings = settings or Settings.from_env()
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.settings = options.settings
         if not self.settings.deployed:
             raise ValueError("no job-take URL: set RUNPOD_WEBHOOK_GET_JOB (or run in local mode)")
-        self.grace = float(config.get("shutdown_grace", os.environ.get("SLOTWORKER_SHUTDOWN_GRACE",
-                                                                        DEFAULT_SHUTDOWN_GRACE)))
+        self.grace = options.shutdown_grace
         self.lifecycle = Lifecycle()
         self.registry = Registry()
         self.watchdog = Watchdog()
         self.client = PlatformClient(self.settings)
         self.slots = slots_module.SlotCounter(0)
-        self.runner = JobRunner(config, self.client, self.settings, self.registry, self.watchdog,
-                                self.lifecycle, on_refresh=self._refresh)
-        self.scaler = Scaler(config, self.client, self.runner, self.slots, self.lifecycle)
-        self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.scaler.in_progress_ids)
+        self.runner = JobRunner(options, self.client, self.registry, self.watchdog, self.lifecycle,
+                                on_refresh=self._refresh)
+        self.take_loop = TakeLoop(options, self.client, self.runner, self.slots, self.lifecycle)
+        self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.take_loop.in_progress_ids)
         self.stop_channel = StopChannel(self.client, self.registry)
         self.fetch_thread: Optional[threading.Thread] = None
         self._signals = 0
@@ -70,7 +65,7 @@ class Worker:
         if self.lifecycle.begin_shutdown(self.grace if grace is None else grace):
             log.info("shutting down (%s): no new jobs; %d running get up to %.0fs to finish",
                      reason, len(self.registry), self.grace if grace is None else grace)
-        self.scaler.wake()
+        self.take_loop.wake()
 
     def _refresh(self, job_id: str) -> None:
         self.shutdown(f"refresh_worker set by job {job_id}")
@@ -104,7 +99,7 @@ class Worker:
         run_fitness_checks(self.settings)
         slots_module.warn_if_fallback()
         log.info("slotworker %s | worker %s | slots: %s backend | take policy: %s",
-                 __version__, self.settings.worker_id, slots_module.BACKEND, self.scaler.policy.name)
+                 __version__, self.settings.worker_id, slots_module.BACKEND, self.take_loop.policy.name)
         self.heartbeat.start()
         self.stop_channel.start()
         self.fetch_thread = threading.Thread(target=self._fetch, name="slotworker-fetch", daemon=True)
@@ -124,7 +119,7 @@ class Worker:
 
     def _fetch(self) -> None:
         try:
-            self.scaler.run()
+            self.take_loop.run()
         except BaseException:
             log.exception("the fetch loop died; shutting down")
             self.shutdown("fetch loop error")
@@ -138,16 +133,16 @@ class Worker:
                 log.error("LOST?: a take was still in flight when the %.0fs grace period ran out; "
                           "jobs the platform puts in it will not run here (it requeues them on its "
                           "job timeout)", self.grace)
-        left = self.scaler.drain(deadline)
+        left = self.take_loop.drain(deadline)
         self.stop_channel.stop()
         if left:
-            ids = self.scaler.in_progress_ids()
+            ids = self.take_loop.in_progress_ids()
             self.lost = left
             log.error("LOST: %d job(s) still running after the %.0fs grace period, not reported: %s",
                       left, self.grace, ", ".join(ids) or "(starting)")
         self.heartbeat.stop()
         self.watchdog.close()
-        self.scaler.executor.shutdown(wait=not left)
+        self.take_loop.executor.shutdown(wait=not left)
         self.client.close()
         if self.runner.lost_results:
             log.error("LOST: %d final result(s) could not be posted (see the LOST lines above for their ids)",
