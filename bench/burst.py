@@ -1,4 +1,4 @@
-"""The burst benchmark of BENCH.md: ``python bench/burst.py [arms] [options]``.
+"""The burst benchmark (docs/benchmarks.md): ``python bench/burst.py [arms] [options]``.
 
 A thin wrapper over :mod:`slotworker.tools.bench` (also ``slotworker bench``).
 """

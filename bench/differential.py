@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_RUNPOD_PYTHON = "/tmp/rpvenv/bin/python"
+DEFAULT_RUNPOD_PYTHON = os.path.join(ROOT, ".venv-runpod", "bin", "python")
 
 #: One posted body: (kind, parsed JSON) where kind is progress, stream or done.
 Post = Tuple[str, Any]
@@ -356,7 +356,7 @@ def _interpreter(python: str) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run every case under both workers; the exit code (0: all match or explained)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runpod-python", default=os.environ.get("RUNPOD_PYTHON", DEFAULT_RUNPOD_PYTHON),
+    parser.add_argument("--runpod-python", default=os.environ.get("SLOTWORKER_RUNPOD_PYTHON", DEFAULT_RUNPOD_PYTHON),
                         help="an interpreter with runpod==1.12.0 installed (default: %(default)s)")
     parser.add_argument("--slotworker-python", default=sys.executable,
                         help="an interpreter with slotworker installed (default: this one)")

@@ -1,7 +1,7 @@
-"""Per-job overhead (BENCH.md): take cost 0, a handler that returns at once,
+"""Per-job overhead (docs/benchmarks.md): take cost 0, a handler that returns at once,
 32 slots, a few thousand jobs through one worker process. Reports jobs per
 second and the worker process's CPU seconds per 1,000 jobs (utime + stime
-from /proc) for slotworker and, when /tmp/rpvenv has it, runpod 1.12.0 with
+from /proc) for slotworker and, when --runpod-python has it, runpod 1.12.0 with
 a sync and an async handler.
 
     python bench/overhead.py [--jobs 3000] [--reps 2] [arms ...]

@@ -15,7 +15,7 @@ USAGE = """usage: slotworker {platform,demo,bench,version} [options]
 
   platform   serve the local platform on loopback (slotworker platform --help)
   demo       run a burst of jobs through one worker and report (slotworker demo --help)
-  bench      the burst benchmark of BENCH.md (slotworker bench --help)
+  bench      the burst benchmark, docs/benchmarks.md (slotworker bench --help)
   version    print the version and the slot-counter backend
 """
 

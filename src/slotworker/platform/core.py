@@ -26,7 +26,7 @@ WEBHOOK_BACKOFF = (0.2, 0.8)
 
 class Platform:
     """A local RunPod-style platform on loopback: worker side and client side
-    of PROTOCOL.md on one port.
+    of the protocol (docs/protocol.md) on one port.
 
     Nothing happens until `start()` (or `with Platform(...) as p:`).
     """
@@ -188,7 +188,7 @@ class Platform:
 
     def counts(self) -> Dict[str, int]:
         """Counters: submitted, queued, in_progress, completed, failed,
-        cancelled, duplicates, late, requeued, takes; beyond the brief:
+        cancelled, duplicates, late, requeued, takes; and
         unknown (posts for unknown job ids), raw_queued, waiting_takes and
         waiting_stops (long polls held open right now)."""
         return self.store.counts()

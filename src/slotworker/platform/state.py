@@ -49,7 +49,7 @@ class RequestRecord:
     requested: int = 0
     given: int = 0
     job_in_progress: Optional[bool] = None
-    # Beyond the brief: what was requested, and which fault (if any) hit it.
+    # What was requested, and which fault (if any) hit it.
     method: str = ""
     path: str = ""
     fault: Optional[str] = None

@@ -1,4 +1,4 @@
-"""``slotworker bench``: the burst benchmark of BENCH.md on the local platform.
+"""``slotworker bench``: the burst benchmark (docs/benchmarks.md) on the local platform.
 
 Each arm is a worker command that speaks the protocol, run as a subprocess
 against a fresh local platform: one warm worker per arm per rep (start it,
@@ -32,6 +32,8 @@ from ..platform import Platform
 
 BUILTIN = ("drain", "fixed", "lookahead")
 RUNPOD_ARMS = ("runpod-async", "runpod-sync")
+#: Where .ci/differential keeps its runpod==1.12.0 venv, relative to a checkout.
+RUNPOD_PYTHON = os.path.join(".venv-runpod", "bin", "python")
 
 _RUNPOD_SCRIPT = '''\
 import asyncio, os, time
@@ -326,7 +328,7 @@ def plot(samples: List[Dict[str, Any]], arms: List[str], path: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The benchmark's options (defaults: BENCH.md's burst)."""
+    """The benchmark's options (defaults: the headline burst of docs/benchmarks.md)."""
     parser = argparse.ArgumentParser(prog="slotworker bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("arms", nargs="*", default=["fixed", "drain", "lookahead"],
                         help="drain, fixed, lookahead, runpod-async, runpod-sync, or name='command line'")
@@ -338,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sequential", type=int, default=20, help="jobs in the sequential scenario")
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=180.0, help="per run")
-    parser.add_argument("--runpod-python", default="/tmp/rpvenv/bin/python",
-                        help="interpreter with runpod installed, for the runpod-* arms")
+    parser.add_argument("--runpod-python", default=os.environ.get("SLOTWORKER_RUNPOD_PYTHON", RUNPOD_PYTHON),
+                        help="an interpreter with runpod==1.12.0 installed, for the runpod-* arms "
+                             "(default: $SLOTWORKER_RUNPOD_PYTHON, else %(default)s)")
     parser.add_argument("--out", default=os.path.join("bench", "out"), help="raw samples (JSON) and plots go here")
     return parser
 
@@ -351,7 +354,8 @@ def run(args: argparse.Namespace) -> Tuple[List[Dict[str, Any]], str]:
     arms = []
     for spec in args.arms:
         if spec in RUNPOD_ARMS and not has_runpod(args.runpod_python):
-            print(f"skipping {spec}: runpod does not import in {args.runpod_python}", file=sys.stderr)
+            print(f"skipping {spec}: runpod does not import in {args.runpod_python} (make one with: "
+                  f"python3 -m venv .venv-runpod && .venv-runpod/bin/pip install runpod==1.12.0)", file=sys.stderr)
             continue
         arms.append(resolve_arm(spec, args.slots, args.runpod_python, scripts))
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -18,7 +18,7 @@ from .bench import Run, in_progress_curve, resolve_arm
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The demo's options (defaults: the burst of BENCH.md, smaller)."""
+    """The demo's options (defaults: the headline burst of docs/benchmarks.md, smaller)."""
     parser = argparse.ArgumentParser(prog="slotworker demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=256, help="jobs in the burst")
     parser.add_argument("--slots", type=int, default=32, help="worker concurrency")

@@ -79,7 +79,7 @@ def _session(api_key: str, pool_size: int) -> requests.Session:
 
 
 class PlatformClient:
-    """The worker-side requests of PROTOCOL.md for one worker."""
+    """The worker-side requests of the protocol (docs/protocol.md) for one worker."""
 
     def __init__(self, settings: Settings, pool_size: int = 64) -> None:
         self.settings = settings
