@@ -17,3 +17,11 @@ from .worker.progress import progress_update
 
 __all__ = ["start", "progress_update", "register_fitness_check", "RunPodLogger", "serverless",
            "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    # runpod's API-client names, looked up through `import slotworker as runpod`
+    # or `slotworker run`, get an error that says why they are missing.
+    from .runpod_alias import CLIENT_NAMES, missing_attribute
+
+    raise missing_attribute(__name__, name, CLIENT_NAMES)

@@ -1,5 +1,7 @@
-"""The ``slotworker`` console command.
+"""The ``slotworker`` console command (also ``python -m slotworker``).
 
+``slotworker run SCRIPT [ARGS]`` run an unchanged runpod handler script;
+``slotworker run -m MODULE [ARGS]`` the same for a module;
 ``slotworker platform ...``  serve the local platform (see ``--help``);
 ``slotworker demo ...``      a burst through one real worker, with a report;
 ``slotworker bench ...``     the burst benchmark (arms alternating, reps, table);
@@ -11,8 +13,10 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-USAGE = """usage: slotworker {platform,demo,bench,version} [options]
+USAGE = """usage: slotworker {run,platform,demo,bench,version} [options]
 
+  run        run an unchanged runpod handler: slotworker run handler.py [args]
+             (or -m module); `runpod` imports resolve to slotworker
   platform   serve the local platform on loopback (slotworker platform --help)
   demo       run a burst of jobs through one worker and report (slotworker demo --help)
   bench      the burst benchmark, docs/benchmarks.md (slotworker bench --help)
@@ -27,6 +31,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(USAGE, end="")
         return 0 if args else 2
     command, rest = args[0], args[1:]
+    if command == "run":
+        from .run_script import main as run_main
+        return run_main(rest)
     if command == "platform":
         from .platform.cli import main as platform_main
         return platform_main(rest)

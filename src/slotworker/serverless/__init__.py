@@ -9,3 +9,9 @@ from ..worker.progress import progress_update
 from ..config import PROTOCOL_VERSION as runpod_version
 
 __all__ = ["start", "progress_update", "register_fitness_check", "runpod_version", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    from ..runpod_alias import missing_attribute
+
+    raise missing_attribute(__name__, name, frozenset({"VolumeCache", "worker"}))

@@ -389,3 +389,7 @@ def main(argv: Optional[List[str]] = None, parser: Optional[argparse.ArgumentPar
         print(f"plot: {png}")
     bad = any(s["lost"] or s["duplicates"] or not s["all_done"] for s in samples)
     return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

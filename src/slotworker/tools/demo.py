@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 from typing import List, Optional
 
@@ -59,3 +60,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ok = sample["all_done"] and lost == 0 and sample["duplicates"] == 0 and code == 0
     print("\nOK: every job completed exactly once." if ok else "\nFAILED: see the figures above.")
     return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
