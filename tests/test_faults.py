@@ -126,6 +126,20 @@ def test_result_retried_until_the_platform_takes_it(make_platform, records):
     assert "not delivered" in records.text()
 
 
+def test_a_failing_result_post_is_one_request_per_try(make_platform, records):
+    # One retry layer: each "not delivered (attempt N)" is exactly one POST,
+    # not a burst of retries underneath it.
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    job_id = platform.submit({"x": 1})
+    with WorkerThread(platform, echo, concurrency=1):
+        assert records.wait_for("not delivered (attempt 3)", DEADLINE)
+        posts = len([e for e in platform.events if e.kind == "done"])
+        tries = len([line for line in records.lines if "not delivered (attempt" in line])
+        assert posts - tries in (0, 1), (posts, tries)  # a 4th try may be on the wire
+        platform.faults = None
+        assert_exactly_once(platform, [job_id])
+
+
 def test_result_not_posted_by_the_end_of_grace_is_logged_lost_with_its_id(make_platform, records):
     platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
     job_id = platform.submit({"x": 1})
