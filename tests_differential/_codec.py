@@ -4,11 +4,13 @@ The tests and the reference server (run by runpod's interpreter) import this
 same file, so schemas with classes and constraint callables, and results with
 ints kept apart from floats, cross the pipe unchanged.  Containers are tagged
 (``{"$d": [[k, v], ...]}``, ``{"$l": [...]}``) so that key order survives and
-no user value can be mistaken for a tag.
+no user value can be mistaken for a tag. Other objects are encoded as their
+class name and attributes, which decode to a comparable stand-in.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Dict
 
 #: Classes a schema's ``type`` may name.
@@ -52,7 +54,12 @@ def encode(value: Any) -> Any:
         return {"$c": _CONSTRAINT_NAMES[id(value)]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    return {"$repr": repr(value)}
+    if isinstance(value, bytes):
+        return {"$b": value.hex()}
+    if hasattr(value, "__dict__"):  # compared by class name and attributes
+        return {"$obj": [type(value).__qualname__, encode(dict(vars(value)))]}
+    # Memory addresses differ between processes; they are masked.
+    return {"$repr": re.sub(r" at 0x[0-9a-fA-F]+", " at 0x?", repr(value))}
 
 
 def decode(data: Any) -> Any:
@@ -68,5 +75,11 @@ def decode(data: Any) -> Any:
             return TYPES[data["$t"]]
         if "$c" in data:
             return CONSTRAINTS[data["$c"]]
+        if "$b" in data:
+            return bytes.fromhex(data["$b"])
+        if "$obj" in data:  # not rebuilt: a comparable stand-in
+            return ("<object>", data["$obj"][0], decode(data["$obj"][1]))
+        if "$repr" in data:
+            return ("<repr>", data["$repr"])
         raise ValueError(f"cannot decode {data!r}")
     return data
