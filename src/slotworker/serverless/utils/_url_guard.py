@@ -12,8 +12,8 @@ runpod 1.12.0's downloader does:
 - URLs the environment would send through a proxy (a proxy resolves the
   host itself, so the address check would prove nothing);
 - redirects to any of the above: every hop is checked again;
-- a declared body larger than the size cap (:func:`iter_capped` enforces the
-  cap on what actually arrives).
+- a declared body larger than the size cap (:func:`iter_content_capped`
+  enforces the cap on what actually arrives).
 
 The connection is opened to the address that was checked, so a DNS answer
 that changes between the check and the connect cannot redirect it.
@@ -177,7 +177,7 @@ def _check_url(url: str) -> Tuple[str, int]:
 
 
 def _get_first_reachable(addresses: List[str], url: str, headers: Optional[Dict[str, str]],
-                         timeout: Any) -> Tuple[requests.Session, requests.Response]:
+                         timeout: Any, stream: bool = True) -> Tuple[requests.Session, requests.Response]:
     # A name often has several addresses (IPv6 and IPv4); like a plain
     # connect, try them in order, moving on only when one cannot be reached.
     last: Optional[Exception] = None
@@ -186,7 +186,7 @@ def _get_first_reachable(addresses: List[str], url: str, headers: Optional[Dict[
         session.mount("http://", _PinnedAdapter(address))
         session.mount("https://", _PinnedAdapter(address))
         try:
-            response = session.get(url, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
+            response = session.get(url, headers=headers, stream=stream, timeout=timeout, allow_redirects=False)
         except requests.ConnectionError as exc:
             session.close()
             last = exc
@@ -222,20 +222,22 @@ def _declared_length(response: requests.Response) -> Optional[int]:
         return None
 
 
-def safe_get(url: str, *, timeout: Any = 30, headers: Optional[Dict[str, str]] = None,
+def safe_get(url: str, *, stream: bool = True, timeout: Any = 30, headers: Optional[Dict[str, str]] = None,
              max_bytes: Optional[int] = None, max_redirects: int = MAX_REDIRECTS) -> requests.Response:
-    """GET ``url`` with the checks of this module; returns the streamed response.
+    """GET ``url`` with the checks of this module; returns the response.
 
-    The caller reads the body (with :func:`iter_capped` to hold the cap) and
-    closes it, best with ``with safe_get(...) as response:``. HTTP error
-    statuses are returned, not raised. Raises :class:`SSRFError` when a
-    check refuses, ``requests.RequestException`` when the fetch fails.
+    With ``stream`` (the default) the body is left to the caller, to read
+    with :func:`iter_content_capped` and close, best with ``with
+    safe_get(...) as response:``. ``max_bytes`` defaults to
+    :func:`max_download_bytes`. HTTP error statuses are returned, not
+    raised. Raises :class:`SSRFError` when a check refuses,
+    ``requests.RequestException`` when the fetch fails.
     """
     cap = max_download_bytes() if max_bytes is None else max_bytes
     current = url
     for _hop in range(max_redirects + 1):
         host, port = _check_url(current)
-        session, response = _get_first_reachable(resolve(host, port), current, headers, timeout)
+        session, response = _get_first_reachable(resolve(host, port), current, headers, timeout, stream)
         if response.status_code in _REDIRECTS:
             location = response.headers.get("Location")
             response.close()
@@ -254,20 +256,19 @@ def safe_get(url: str, *, timeout: Any = 30, headers: Optional[Dict[str, str]] =
     raise SSRFError(f"refusing {url!r}: more than {max_redirects} redirects")
 
 
-def iter_capped(response: requests.Response, chunk_size: int, max_bytes: Optional[int] = None) -> Iterator[bytes]:
+def iter_content_capped(response: requests.Response, chunk_size: int, max_bytes: Optional[int]) -> Iterator[bytes]:
     """The body of ``response`` in chunks; :class:`SSRFError` (and the
-    response closed) as soon as more than ``max_bytes`` have arrived.
+    response closed) as soon as more than ``max_bytes`` have arrived
+    (``None``: no cap).
 
-    The cap defaults to :func:`max_download_bytes`. It holds whatever the
-    server declared, including no length at all.
+    It holds whatever the server declared, including no length at all.
     """
-    cap = max_download_bytes() if max_bytes is None else max_bytes
     total = 0
     for chunk in response.iter_content(chunk_size=chunk_size):
         if not chunk:
             continue
         total += len(chunk)
-        if total > cap:
+        if max_bytes is not None and total > max_bytes:
             response.close()
-            raise SSRFError(f"download exceeds the {cap}-byte cap ({MAX_BYTES_ENV})")
+            raise SSRFError(f"download exceeds the {max_bytes}-byte cap ({MAX_BYTES_ENV})")
         yield chunk

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 import requests
 
 from ..._version import __version__
-from ._url_guard import SSRFError, iter_capped, max_download_bytes, safe_get
+from ._url_guard import SSRFError, iter_content_capped, max_download_bytes, safe_get
 
 log = logging.getLogger("slotworker")
 
@@ -37,8 +37,12 @@ HEADERS = {"User-Agent": f"slotworker/{__version__} (runpod-compatible downloade
 #: randomized exponential waits between them).
 DOWNLOAD_ATTEMPTS = 3
 
+# safe_get, iter_content_capped and max_download_bytes are here because
+# runpod's module has them too (from its URL guard); handlers can fetch
+# other URLs with the same protections.
 __all__ = ["file", "download_files_from_urls", "calculate_chunk_size", "parse_content_length",
-           "extract_disposition_params", "SSRFError", "max_download_bytes", "HEADERS"]
+           "extract_disposition_params", "SSRFError", "safe_get", "iter_content_capped",
+           "max_download_bytes", "HEADERS"]
 
 _T = TypeVar("_T")
 
@@ -97,7 +101,7 @@ def _save_body(response: requests.Response, path: str) -> None:
     chunk_size = calculate_chunk_size(parse_content_length(response.headers))
     try:
         with open(path, "wb") as out:
-            for chunk in iter_capped(response, chunk_size, max_download_bytes()):
+            for chunk in iter_content_capped(response, chunk_size, max_download_bytes()):
                 out.write(chunk)
     except BaseException:
         _remove_quietly(path)

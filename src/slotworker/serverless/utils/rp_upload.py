@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # only for annotations; boto3 is loaded on demand
     from boto3.s3.transfer import TransferConfig
     from botocore.client import BaseClient
 
-log = logging.getLogger("slotworker")
+#: The module's logger (runpod's module has one by this name too).
+logger = logging.getLogger("slotworker")
 
 S3_EXTRA = "pip install 'slotworker[s3]'"
 #: Lifetime of the returned presigned URLs (7 days, S3's maximum).
@@ -120,7 +121,7 @@ def get_boto_client(bucket_creds: Optional[Dict[str, Any]] = None
 def _save_locally(file_name: str, directory: str, source_path: Optional[str] = None,
                   data: Optional[bytes] = None) -> str:
     """Save to ``<directory>/<file_name>`` in place of an upload; returns that path."""
-    log.warning("No bucket credentials (BUCKET_ENDPOINT_URL, BUCKET_ACCESS_KEY_ID, "
+    logger.warning("No bucket credentials (BUCKET_ENDPOINT_URL, BUCKET_ACCESS_KEY_ID, "
                 "BUCKET_SECRET_ACCESS_KEY): saving %s to the local folder %r instead of uploading it.",
                 file_name, directory)
     os.makedirs(directory, exist_ok=True)
