@@ -65,6 +65,10 @@ class Reference:
         """Public attributes of ``module.name`` and their parameters."""
         return self._ask({"op": "api", "module": module, "name": name})["value"]
 
+    def describe(self, module: str) -> Dict[str, Any]:
+        """The public names of a runpod module (see ``runpod_server.describe``)."""
+        return self._ask({"op": "describe", "module": module})["value"]
+
     def close(self) -> None:
         if self._proc.stdin:
             self._proc.stdin.close()

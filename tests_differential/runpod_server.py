@@ -13,6 +13,7 @@ protocol. Requests:
   arguments (the validator decodes text rules in place).
 - ``{"op": "api", "module": m, "name": n}``: the public attributes of ``m.n``
   and, for the callable ones, their parameters.
+- ``{"op": "describe", "module": m}``: see :func:`describe`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,35 @@ def api(obj: Any) -> Dict[str, Any]:
             for name in dir(obj) if not name.startswith("_")}
 
 
+_FOREIGN_IGNORED = {"TYPE_CHECKING"}
+
+
+def describe(module: Any) -> Dict[str, Any]:
+    """The public names of ``module`` that are its own (not imported library
+    names): ``{"kind": "class", "members": ...}``, ``{"kind": "callable",
+    "params": ...}`` or ``{"kind": "value"}``. Names brought in from other
+    modules of the same package (runpod's or slotworker's) count as its own.
+    """
+    package = module.__name__.split(".")[0]
+    described: Dict[str, Any] = {}
+    for name in dir(module):
+        if name.startswith("_") or name in _FOREIGN_IGNORED:
+            continue
+        value = getattr(module, name)
+        if inspect.ismodule(value):
+            continue
+        origin = getattr(value, "__module__", None) or ""
+        if (callable(value) or origin == "typing") and origin.split(".")[0] != package:
+            continue
+        if inspect.isclass(value):
+            described[name] = {"kind": "class", "members": api(value)}
+        elif callable(value):
+            described[name] = {"kind": "callable", "params": parameters(value)}
+        else:
+            described[name] = {"kind": "value"}
+    return described
+
+
 def main() -> None:
     # Answers go out on a private copy of the pipe; fd 1 and sys.stdout are
     # pointed at stderr, so nothing runpod prints can land in between.
@@ -84,6 +114,8 @@ def main() -> None:
             answer = _call(request)
         elif request["op"] == "api":
             answer = {"value": api(getattr(importlib.import_module(request["module"]), request["name"]))}
+        elif request["op"] == "describe":
+            answer = {"value": describe(importlib.import_module(request["module"]))}
         else:
             answer = {"exc": ["ValueError", f"unknown op {request['op']!r}"]}
         out.write(json.dumps(answer) + "\n")
