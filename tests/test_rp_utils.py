@@ -334,3 +334,4 @@ def test_send_result_without_a_platform_logs_and_returns(records: Any, monkeypat
     monkeypatch.delenv("RUNPOD_WEBHOOK_POST_OUTPUT", raising=False)
     asyncio.run(rp_http.send_result(None, {"output": 1}, {"id": "j"}))
     assert any("Failed to return job results" in line for line in records.lines)
+    assert records.lines[-1] == "INFO j Finished."

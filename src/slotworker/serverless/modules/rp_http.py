@@ -59,12 +59,12 @@ def __getattr__(name: str) -> Any:
 def _post(job_data: Dict[str, Any], job: Dict[str, Any], stream_url: bool, is_stream: bool) -> None:
     job_id = str(job["id"])
     settings = Settings.from_env()
-    if (settings.job_stream_url if stream_url else settings.job_done_url) is None:
-        variable = "RUNPOD_WEBHOOK_POST_STREAM" if stream_url else "RUNPOD_WEBHOOK_POST_OUTPUT"
-        log.error(f"Failed to return job results. | {variable} is not set", job_id)
-        return
-    client = PlatformClient(settings, pool_size=1)
+    client = None
     try:
+        if (settings.job_stream_url if stream_url else settings.job_done_url) is None:
+            variable = "RUNPOD_WEBHOOK_POST_STREAM" if stream_url else "RUNPOD_WEBHOOK_POST_OUTPUT"
+            raise PlatformError(f"{variable} is not set")
+        client = PlatformClient(settings, pool_size=1)
         body = encode(job_data)
         if stream_url:
             client.post_stream(job_id, body)
@@ -76,7 +76,9 @@ def _post(job_data: Dict[str, Any], job: Dict[str, Any], stream_url: bool, is_st
     except (TypeError, ValueError) as exc:  # a body that is not JSON
         log.error(f"Error while returning job result. | {exc}", job_id)
     finally:
-        client.close()
+        if client is not None:
+            client.close()
+        # As in runpod: the final result (not a progress update) ends the job's log.
         if not stream_url and job_data.get("status") != "IN_PROGRESS":
             log.info("Finished.", job_id)
 

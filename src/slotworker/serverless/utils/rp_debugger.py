@@ -43,6 +43,7 @@ class Checkpoints:
 
     _instance: Optional["Checkpoints"] = None
     _instance_lock = threading.Lock()
+    _lock: Any  # the store's own lock, set on the one instance
     checkpoints: List[Dict[str, Any]] = []
     name_lookup: Dict[str, int] = {}
 
