@@ -166,3 +166,48 @@ def test_the_console_script_runs_a_deployed_worker_to_a_clean_sigterm(tmp_path: 
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
+
+
+TIMED = """
+    import runpod
+    from runpod.serverless.utils.rp_debugger import FunctionTimer, LineTimer
+
+    @FunctionTimer
+    def infer(x):
+        with LineTimer("tokenize"):
+            return {"y": x * 2}
+
+    def handler(job):
+        return infer(job["input"]["x"])
+
+    runpod.serverless.start({"handler": handler, "concurrency_modifier": lambda current: 1})
+"""
+
+
+def run_timed_jobs(tmp_path: Any, *flags: str) -> List[Any]:
+    write_script(str(tmp_path), "handler.py", TIMED)
+    with Platform(long_poll=0.2) as platform:
+        proc = subprocess.Popen([sys.executable, "-m", "slotworker", "run", "handler.py", *flags], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=script_env(platform.worker_env("w-timed")))
+        try:
+            ids = [platform.submit({"x": i}) for i in range(2)]
+            assert platform.wait_final(ids, timeout=30)
+            statuses = [platform.status(i) for i in ids]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+    assert all(s["status"] == "COMPLETED" for s in statuses), (statuses, out)
+    return [s["output"] for s in statuses]
+
+
+def test_handler_timers_run_on_every_job_and_clear_between_them(tmp_path: Any) -> None:
+    outputs = run_timed_jobs(tmp_path)
+    assert outputs == [{"y": 0}, {"y": 2}]
+
+
+def test_handler_timers_join_the_debugger_output(tmp_path: Any) -> None:
+    outputs = run_timed_jobs(tmp_path, "--rp_debugger")
+    for output in outputs:
+        names = [entry["name"] for entry in output["rp_debugger"]["timestamps"]]
+        assert names[0] == "run_job" and set(names[1:]) == {"infer", "tokenize"}, names

@@ -34,9 +34,6 @@ NOT_PROVIDED: Dict[Tuple[str, str], str] = {
                                            "import; slotworker configures no logging at import",
 }
 
-# Public class attributes that slotworker.logs.RunPodLogger does not have yet.
-PENDING_IN_LOGS = {("RunPodLogger", "level")}
-
 
 def describe_one(value: Any) -> Dict[str, Any]:
     """One value described as ``runpod_server.describe`` describes module names."""
@@ -66,8 +63,6 @@ def differences(module: str, theirs: Dict[str, Any]) -> List[str]:
             found.append(f"{name}: parameters {spec['params']} in runpod, {mine[name]['params']} here")
         elif spec["kind"] == "class":
             for member, params in spec["members"].items():
-                if (name, member) in PENDING_IN_LOGS:
-                    continue
                 if member not in mine[name]["members"]:
                     found.append(f"{name}.{member}: missing")
                 elif params != mine[name]["members"][member]:
@@ -89,8 +84,6 @@ def test_the_modules_reference_names_that_exist(runpod_ref: Any) -> None:
         assert name in runpod_ref.describe(f"runpod.{module}")
 
 
-@pytest.mark.xfail(strict=True, reason="slotworker.logs.RunPodLogger has no public `level` attribute yet; "
-                                       "remove this mark when it has")
 def test_runpod_logger_has_a_level_attribute(runpod_ref: Any) -> None:
     from slotworker.serverless.modules.rp_logger import RunPodLogger
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import threading
 from typing import Any, Optional
 
 LOGGER_NAME = "slotworker"
@@ -129,20 +131,66 @@ def set_level(level: Any) -> None:
     log.setLevel(parse_level(level))
 
 
+#: runpod's level names in its order; ``set_level`` takes an index into it.
+_RUNPOD_LEVEL_ORDER = ("NOTSET", "TRACE", "DEBUG", "INFO", "WARN", "ERROR")
+
+
+def _configure_if_unset() -> None:
+    """Install the stdout handler if nothing would show a record yet.
+
+    runpod's logger prints from the first call, also before ``start()`` (a
+    handler module logging while it loads its model). Left alone when the
+    worker or a host application configured logging already.
+    """
+    if _handler is None and not log.handlers and not logging.getLogger().handlers:
+        level = os.environ.get("RUNPOD_LOG_LEVEL") or os.environ.get("RUNPOD_DEBUG_LEVEL") or "INFO"
+        try:
+            parse_level(level)
+        except ValueError:
+            level = "INFO"
+        configure(level, json_lines=bool(os.environ.get("RUNPOD_ENDPOINT_ID")),
+                  secrets=[os.environ.get("RUNPOD_AI_API_KEY", "")])
+
+
 class RunPodLogger:
     """runpod's ``RunPodLogger`` API, writing to the ``slotworker`` logger.
 
     Handler code that logs with ``runpod.RunPodLogger().info(msg, job_id)``
-    keeps working after ``import slotworker as runpod``.
+    keeps working after ``import slotworker as runpod``. As in runpod,
+    ``RunPodLogger()`` is always the same object.
     """
 
-    def set_level(self, new_level: Any) -> None:
-        """Set the level by RunPod name (ERROR, WARN, INFO, DEBUG, TRACE)."""
+    _instance: "Optional[RunPodLogger]" = None
+    _instance_lock = threading.Lock()
+
+    def __new__(cls) -> "RunPodLogger":
+        with RunPodLogger._instance_lock:
+            if RunPodLogger._instance is None:
+                RunPodLogger._instance = super().__new__(cls)
+        return RunPodLogger._instance
+
+    @property
+    def level(self) -> str:
+        """The current level by RunPod name (NOTSET, TRACE, DEBUG, INFO, WARN, ERROR)."""
+        effective = log.getEffectiveLevel()
+        return _RUNPOD_NAMES.get(effective, logging.getLevelName(effective))
+
+    @level.setter
+    def level(self, new_level: Any) -> None:
         set_level(new_level)
+
+    def set_level(self, new_level: Any) -> None:
+        """Set the level by RunPod name (ERROR, WARN, INFO, DEBUG, TRACE) or
+        by runpod's index (0 NOTSET ... 5 ERROR), and log the new level."""
+        if isinstance(new_level, int) and not isinstance(new_level, bool) and 0 <= new_level < len(_RUNPOD_LEVEL_ORDER):
+            new_level = _RUNPOD_LEVEL_ORDER[new_level]
+        set_level(new_level)
+        self.info(f"Log level set to {self.level}")
 
     def log(self, message: Any, message_level: str = "INFO", job_id: Optional[str] = None) -> None:
         """Log ``message`` at a RunPod level name, tagged with ``job_id``."""
         level = logging.INFO if message_level == "TIP" else parse_level(message_level)
+        _configure_if_unset()
         log.log(level, "%s", message, extra={"job_id": job_id})
 
     def secret(self, secret_name: str, secret: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from .._version import __version__
 from ..entry import start
 from ..worker.fitness import register_fitness_check
@@ -12,6 +14,10 @@ __all__ = ["start", "progress_update", "register_fitness_check", "runpod_version
 
 
 def __getattr__(name: str) -> object:
+    # `runpod.serverless.utils.rp_upload...` works after a bare `import runpod`
+    # in runpod; here the subpackages load on that first use.
+    if name in ("utils", "modules"):
+        return importlib.import_module(f"{__name__}.{name}")
     from ..runpod_alias import missing_attribute
 
     raise missing_attribute(__name__, name, frozenset({"VolumeCache", "worker"}))

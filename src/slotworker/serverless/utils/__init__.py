@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, List
 
+from ...runpod_alias import NotProvidedError
+
 # Package-level name -> the submodule that defines it.
 _LAZY = {
     "download_files_from_urls": "rp_download",
@@ -31,11 +33,14 @@ _NOT_PROVIDED = {
 __all__ = ["download_files_from_urls", "upload_file_to_bucket", "upload_in_memory_object"]
 
 
-class NotProvidedError(ImportError):
-    """A runpod name that slotworker deliberately does not provide."""
+#: The submodules, loaded on first attribute access as well as by import
+#: (runpod's ``import runpod`` loads several, so handlers reach them as attributes).
+_SUBMODULES = frozenset({"rp_validator", "rp_download", "rp_upload", "rp_cleanup", "rp_debugger", "rp_cuda"})
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         globals()[name] = value  # later lookups skip this hook
