@@ -4,8 +4,9 @@
 Each case is one handler script. It runs twice, each time as a real worker
 process against a fresh local platform (``slotworker.platform``): once with
 ``import runpod`` under an interpreter that has runpod installed
-(``--runpod-python``), once with the one-line change ``import slotworker as
-runpod`` under this interpreter. The bodies each worker posts for each job
+(``--runpod-python``), once under this interpreter, either with the one-line
+change ``import slotworker as runpod`` or, for the drop-in cases (runpod's
+utilities and module paths), unchanged under ``slotworker run``. The bodies each worker posts for each job
 (progress, stream chunks, the final result, by job id, in order; progress
 updates in any order among themselves) must match.
 
@@ -23,6 +24,7 @@ by ``<traceback>`` before comparing (their type and message still count).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -60,6 +62,8 @@ class Case:
     #: A documented difference in the process's life (not in what it posts).
     lifecycle_note: Optional[str] = None
     env: Dict[str, str] = field(default_factory=dict)
+    #: Run slotworker's side unchanged under ``slotworker run`` (no import line changed).
+    drop_in: bool = False
 
 
 def _script(body: str, start: str = 'runpod.serverless.start({"handler": handler})') -> str:
@@ -70,6 +74,126 @@ def _non_serialisable_ok(posts: Dict[str, List[Post]]) -> bool:
     final = [body for kind, body in posts.get("job-set", []) if kind == "done"]
     return len(final) == 1 and "not JSON-serialisable" in str(final[0].get("error", ""))
 
+
+#: Handlers that use runpod's utilities and module paths, as real workers do:
+#: (case, handler body, inputs, extra environment). slotworker runs them
+#: unchanged under ``slotworker run``.
+DROP_IN: List[Tuple[str, str, Dict[str, Any], Dict[str, str]]] = [
+    ("rp_validator", """
+        from runpod.serverless.utils.rp_validator import validate
+
+        SCHEMA = {"prompt": {"type": str, "required": True},
+                  "steps": {"type": int, "required": False, "default": 20,
+                            "constraints": lambda steps: 0 < steps <= 100},
+                  "scale": {"type": float, "required": False, "default": 7.5}}
+
+        def handler(job):
+            result = validate(job["input"], SCHEMA)
+            if "errors" in result:
+                return {"error": result["errors"]}
+            return result["validated_input"]
+        """, {"job-valid": {"prompt": "a cat"}, "job-valid-all": {"prompt": "x", "steps": 50, "scale": 2.0},
+              "job-missing": {"steps": 3}, "job-bad-type": {"prompt": 1, "steps": "many"},
+              "job-constraint": {"prompt": "x", "steps": 1000}, "job-extra": {"prompt": "x", "seed": 1}}, {}),
+    ("rp_logger-paths", """
+        from runpod import RunPodLogger
+        from runpod.serverless.modules.rp_logger import RunPodLogger as ModuleLogger
+
+        log = RunPodLogger()
+
+        def handler(job):
+            log.info("info line", job["id"])
+            log.warn("warn line", request_id=job["id"])
+            log.log("logged", "ERROR", job_id=job["id"])
+            log.secret("token", "abcdef")
+            return {"same_class": RunPodLogger is ModuleLogger, "one_object": RunPodLogger() is log,
+                    "methods": sorted(m for m in ("debug", "info", "warn", "error", "trace", "tip", "secret",
+                                                  "set_level", "log") if callable(getattr(log, m, None)))}
+        """, {"job-log": {}}, {}),
+    ("rp_cleanup", """
+        from runpod.serverless.utils import rp_cleanup
+
+        def handler(job):
+            for folder in ("input_objects", "output_objects", "job_files", "keep_me"):
+                os.makedirs(folder, exist_ok=True)
+            with open("output.zip", "wb") as handle:
+                handle.write(b"zip")
+            rp_cleanup.clean()
+            return {name: os.path.exists(name) for name in
+                    ("input_objects", "output_objects", "job_files", "output.zip", "keep_me")}
+        """, {"job-clean": {}}, {}),
+    ("rp_upload-local", """
+        import re
+        from runpod.serverless.utils import rp_upload, upload_file_to_bucket, upload_in_memory_object
+
+        def handler(job):
+            with open("picture.png", "wb") as handle:
+                handle.write(b"not really a png")
+            image = rp_upload.upload_image(job["id"], "picture.png")  # named by a random id
+            return {"image": re.sub(r"/[0-9a-f]{8}[.]", "/<id>.", image),
+                    "file": upload_file_to_bucket("named.bin", "picture.png"),
+                    "memory": upload_in_memory_object("mem.bin", b"bytes in memory")}
+        """, {"job-upload": {}}, {}),
+    ("rp_download", """
+        import http.server, re, threading
+        from runpod.serverless.utils import rp_download, download_files_from_urls
+
+        class Files(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = b"hello from loopback"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        URL = "http://127.0.0.1:%d/files/greeting.txt" % server.server_address[1]
+
+        def shape(value):
+            # file names carry a random uuid, paths the worker's folder: compare their shape
+            text = str(value).replace(os.getcwd(), "<cwd>")
+            return re.sub(r"[0-9a-f]{32}", "<uuid>", re.sub(r"[0-9a-f-]{36}", "<uuid>", text))
+
+        def handler(job):
+            os.environ["RUNPOD_ALLOW_PRIVATE_DOWNLOAD_URLS"] = "true" if job["input"]["allow"] else "false"
+            try:
+                one = rp_download.file(URL)
+                with open(one["file_path"], "rb") as handle:
+                    content = handle.read().decode()
+                listed = download_files_from_urls(job["id"], [URL])
+                return {"file": shape(one), "content": content, "listed": shape(listed)}
+            except Exception as exc:
+                return {"refused": type(exc).__name__}
+        """, {"job-download": {"allow": True}, "job-refused": {"allow": False}}, {}),
+    ("rp_debugger-timers", """
+        from runpod.serverless.utils.rp_debugger import FunctionTimer, LineTimer, get_debugger_output
+
+        @FunctionTimer
+        def infer(x):
+            with LineTimer("tokenize"):
+                return x * 2
+
+        def handler(job):
+            value = infer(job["input"]["x"])
+            names = sorted(entry["name"] for entry in get_debugger_output()["timestamps"])
+            return {"value": value, "timed": names}
+        """, {"job-timer-1": {"x": 1}, "job-timer-2": {"x": 2}}, {}),
+    ("rp_cuda-and-modules", """
+        from runpod.serverless.utils import rp_cuda
+        from runpod.serverless.modules import rp_http
+        import runpod.serverless.utils
+
+        def handler(job):
+            return {"cuda": rp_cuda.is_available(), "rp_http": callable(rp_http.send_result),
+                    "utils": sorted(n for n in ("download_files_from_urls", "upload_file_to_bucket",
+                                                "upload_in_memory_object")
+                                    if callable(getattr(runpod.serverless.utils, n)))}
+        """, {"job-cuda": {}}, {}),
+]
 
 CASES: List[Case] = [
     Case("plain", _script("""
@@ -159,6 +283,10 @@ CASES: List[Case] = [
                     "slotworker posts an error result"),
          slotworker_ok=_non_serialisable_ok, runpod_drops=("job-set",)),
 ]
+CASES += [Case(name, _script(body), inputs, drop_in=True, env=env) for name, body, inputs, env in DROP_IN]
+# The returned-dict conventions, once more through `slotworker run` with the script unchanged.
+CASES += [dataclasses.replace(case, name=case.name + " (run)", drop_in=True)
+          for case in CASES if case.name in ("progress_update", "refresh_worker", "generator")]
 
 
 # -- running one worker ---------------------------------------------------------------
@@ -200,14 +328,17 @@ class Run:
     error: Optional[str] = None
 
 
-def run_worker(case: Case, python: str, import_line: str, workdir: str, label: str,
+def run_worker(case: Case, command: List[str], import_line: str, workdir: str, label: str,
                timeout: float, exits: bool) -> Run:
-    """Run ``case`` under ``python`` against a fresh platform; what it posted."""
+    """Run ``case`` as ``command + [script]`` against a fresh platform; what it posted."""
     Platform = _import_platform()
     script = os.path.join(workdir, f"{case.name}-{label}.py")
     with open(script, "w", encoding="utf-8") as handle:
         handle.write(case.source.replace("import runpod\n", import_line + "\n", 1))
     log_path = os.path.join(workdir, f"{case.name}-{label}.log")
+    # Each run in a folder of its own: handlers write files where they run.
+    case_dir = os.path.join(workdir, f"{case.name}-{label}")
+    os.makedirs(case_dir, exist_ok=True)
     with Platform(long_poll=0.2) as platform:
         for job_id, job_input in case.inputs.items():
             platform.submit(job_input, job_id=job_id)
@@ -216,7 +347,7 @@ def run_worker(case: Case, python: str, import_line: str, workdir: str, label: s
         env.update(platform.worker_env("w1"), PYTHONUNBUFFERED="1", **case.env)
         error = None
         with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen([python, script], env=env, cwd=workdir, stdout=log,
+            proc = subprocess.Popen([*command, script], env=env, cwd=case_dir, stdout=log,
                                     stderr=subprocess.STDOUT)
             try:
                 must = [j for j in case.inputs if j not in case.runpod_drops]
@@ -381,10 +512,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="slotworker-differential-") as workdir:
         for case in cases:
-            theirs = run_worker(case, args.runpod_python, "import runpod", workdir, "runpod",
+            theirs = run_worker(case, [args.runpod_python], "import runpod", workdir, "runpod",
                                 args.timeout, case.exits_by_itself[0])
-            ours = run_worker(case, args.slotworker_python, "import slotworker as runpod", workdir,
-                              "slotworker", args.timeout, case.exits_by_itself[1])
+            if case.drop_in:
+                ours = run_worker(case, [args.slotworker_python, "-m", "slotworker", "run"], "import runpod",
+                                  workdir, "slotworker", args.timeout, case.exits_by_itself[1])
+            else:
+                ours = run_worker(case, [args.slotworker_python], "import slotworker as runpod", workdir,
+                                  "slotworker", args.timeout, case.exits_by_itself[1])
             ok, verdict = compare(case, theirs, ours)
             failed += not ok
             rows.append((case.name, summarise(theirs), summarise(ours), verdict))
