@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..platform import Platform
 
-BUILTIN = ("drain", "fixed", "lookahead")
+BUILTIN = ("drain", "fixed", "lookahead", "pipeline")
 RUNPOD_ARMS = ("runpod-async", "runpod-sync")
 #: Where .ci/differential keeps its runpod==1.12.0 venv, relative to a checkout.
 RUNPOD_PYTHON = os.path.join(".venv-runpod", "bin", "python")

@@ -99,6 +99,17 @@ class TakeLoop:
     def _drained(self) -> bool:
         return self.slots.in_use == 0 and not self.pending
 
+    def wait_started(self, timeout: float) -> bool:
+        """Wait until every pending job has started, shutdown, or ``timeout``."""
+        return self._wait(self._none_pending, time.monotonic() + timeout, until_shutdown=True)
+
+    def _none_pending(self) -> bool:
+        return not self.pending
+
+    def pause(self, timeout: float) -> None:
+        """Wait ``timeout`` seconds; shutdown or a capacity change ends it early."""
+        self._wait(_never, time.monotonic() + timeout, until_shutdown=True)
+
     def _has_spare_slot(self) -> bool:
         return self.slots.free > len(self.pending)
 
@@ -154,7 +165,7 @@ class TakeLoop:
             self.loops += 1
             if self.apply_modifier() == 0:
                 # Not "all free": nothing may run. Wait the full bound.
-                self._wait(_never, time.monotonic() + FULL_WAIT_SECONDS, until_shutdown=True)
+                self.pause(FULL_WAIT_SECONDS)
                 continue
             snapshot = self.snapshot()
             want = self.policy.how_many(snapshot)
@@ -221,8 +232,9 @@ class TakeLoop:
         """Run ``job`` on the executor; its slot is already held."""
         # Observed here, not in the job's thread, so that the fetch loop's
         # next look already counts it.
-        self.policy.observe_start()
-        self.executor.submit(self._job_thread, job)
+        started = time.monotonic()
+        self.policy.observe_start(started)
+        self.executor.submit(self._job_thread, job, started)
 
     def _start_pending_locked(self) -> None:
         """Start pending jobs, oldest first, while slots are free. Hold ``_mutex``."""
@@ -230,13 +242,12 @@ class TakeLoop:
         while pending and self.slots.try_acquire(1):
             self._start(pending.popleft())
 
-    def _job_thread(self, job: Any) -> None:
-        started = time.monotonic()
+    def _job_thread(self, job: Any, started: float) -> None:
         try:
             self.runner.run(job)
         finally:
             self.slots.release(1)
-            self.policy.observe_exit(time.monotonic() - started)
+            self.policy.observe_exit(started, time.monotonic())
             with self.job_exited:
                 if self.pending:
                     self._start_pending_locked()

@@ -6,11 +6,11 @@ through the narrow :class:`LoopView` the loop gives it::
 
     loop                               policy
     ----                               ------
-    snapshot = view.snapshot()  ---->  how_many(snapshot) -> n   (0: full)
+    snapshot = view.snapshot()  ---->  how_many(snapshot) -> n   (0: not now)
     n == 0                      ---->  wait_full(view)           (blocks)
     take(n) answered            ---->  observe_take(asked, got, seconds)
-    a job gets its slot         ---->  observe_start()
-    a job's thread exits        ---->  observe_exit(seconds)     (job thread)
+    a job gets its slot at t    ---->  observe_start(t)
+    a job's thread exits        ---->  observe_exit(started, ended)   (job thread)
 
 ``observe_*`` may be called from any thread; the others only from the fetch
 thread. Selected by the config key ``take_policy``:
@@ -60,6 +60,12 @@ class LoopView(Protocol):
     def wait_free(self, timeout: float) -> bool:
         """Block until a slot is free that no pending job will take, shutdown, or ``timeout``."""
 
+    def wait_started(self, timeout: float) -> bool:
+        """Block until no job waits for a slot, shutdown, or ``timeout``."""
+
+    def pause(self, timeout: float) -> None:
+        """Block ``timeout`` seconds; shutdown or a capacity change ends it early."""
+
 
 class TakePolicy:
     """The interface the take loop drives; the base class is ``drain``."""
@@ -77,11 +83,11 @@ class TakePolicy:
     def observe_take(self, asked: int, got: int, seconds: float) -> None:
         """A take was answered: ``got`` of ``asked`` jobs after ``seconds``."""
 
-    def observe_start(self) -> None:
-        """A job was handed its slot."""
+    def observe_start(self, at: float) -> None:
+        """A job was handed its slot at ``at`` (``time.monotonic()``)."""
 
-    def observe_exit(self, seconds: float) -> None:
-        """A job's thread is exiting after running it for ``seconds``."""
+    def observe_exit(self, started: float, ended: float) -> None:
+        """The job handed its slot at ``started`` is leaving it at ``ended``."""
 
 
 class DrainPolicy(TakePolicy):
@@ -124,17 +130,17 @@ class LookaheadPolicy(TakePolicy):
         self.round_trip: Optional[float] = None  # written by the fetch thread only
         self.job_seconds: Optional[float] = None
 
-    def observe_start(self) -> None:
+    def observe_start(self, at: float) -> None:
         with self._lock:
-            self._starts.append(time.monotonic())
+            self._starts.append(at)
 
-    def observe_exit(self, seconds: float) -> None:
+    def observe_exit(self, started: float, ended: float) -> None:
         # Jobs of a like length end in start order: dropping the oldest start
         # is exact for them and a cheap approximation otherwise.
         with self._lock:
             if self._starts:
                 self._starts.popleft()
-            self.job_seconds = _ewma(self.job_seconds, seconds, self.JOB_ALPHA)
+            self.job_seconds = _ewma(self.job_seconds, ended - started, self.JOB_ALPHA)
 
     def observe_take(self, asked: int, got: int, seconds: float) -> None:
         # Only a full answer measures the round trip: a partial one may have
@@ -167,8 +173,119 @@ class LookaheadPolicy(TakePolicy):
         view.wait_free(timeout)
 
 
+class PipelinePolicy(TakePolicy):
+    """Keep one take in flight, timed to land as slots free, sized to what will be free.
+
+    It learns the take's round trip ``rtt`` and a job's run time ``est``
+    (EWMAs; only full answers measure a round trip) and keeps every running
+    job's start, so a job is expected to end at ``start + est``. A job still
+    running more than ``SLACK`` × ``est`` past that is a straggler and not
+    counted. Each time the fetch thread looks, it weighs taking now against
+    waiting: a take sent now lands at ``now + rtt`` with ``n0`` jobs' worth
+    of free slots; waiting ``d`` more lands ``Δ(d)`` more jobs at once (those
+    expected to end in the meantime), which a take sent now would leave idle
+    until the next take lands one round trip later. Waiting wins when some
+    ``Δ(d) · (rtt - d) > n0 · d``: a whole batch about to end is worth a short
+    wait, while slots freeing at a steady rate are taken at once, back to
+    back. Until it has seen a round trip it behaves as ``drain``; until it
+    has ``MIN_SAMPLES`` run times it keeps at most one batch taken ahead.
+    """
+
+    name = "pipeline"
+    TAKE_ALPHA = 0.3
+    JOB_ALPHA = 0.2
+    #: A job overdue by more than this fraction of ``est`` no longer counts as about to end.
+    SLACK = 0.25
+    #: Land this long after the expected end, so the job has really left its slot.
+    MARGIN = 0.002
+    #: Run times seen before ``est`` is trusted (one warm-up job says little about a burst).
+    MIN_SAMPLES = 8
+
+    def __init__(self) -> None:
+        # Guards every attribute below: job threads and the fetch thread.
+        self._lock = threading.Lock()
+        self._starts: List[float] = []  # running jobs' start times, sorted
+        self.round_trip: Optional[float] = None
+        self.job_seconds: Optional[float] = None
+        self._samples = 0
+        self._look_again: Optional[float] = None  # set by how_many, read by wait_full (fetch thread)
+
+    def observe_start(self, at: float) -> None:
+        with self._lock:
+            bisect.insort(self._starts, at)
+
+    def observe_exit(self, started: float, ended: float) -> None:
+        with self._lock:
+            starts = self._starts
+            i = bisect.bisect_left(starts, started)
+            if i < len(starts) and starts[i] == started:
+                del starts[i]
+            self.job_seconds = _ewma(self.job_seconds, ended - started, self.JOB_ALPHA)
+            self._samples += 1
+
+    def observe_take(self, asked: int, got: int, seconds: float) -> None:
+        if got >= asked > 0:
+            with self._lock:
+                self.round_trip = _ewma(self.round_trip, seconds, self.TAKE_ALPHA)
+
+    def how_many(self, snapshot: Snapshot) -> int:
+        with self._lock:
+            n, self._look_again = self._plan(snapshot, time.monotonic())
+        return n
+
+    def _plan(self, snapshot: Snapshot, now: float) -> "tuple[int, Optional[float]]":
+        """(jobs to ask for now, or 0 and when to look again; None: when a slot frees)."""
+        rtt, est = self.round_trip, self.job_seconds
+        if rtt is None:
+            return snapshot.free, None
+        if est is None or self._samples < self.MIN_SAMPLES:
+            # Learning: guess that what runs now ends by the time the next
+            # answer lands. Right for jobs shorter than a round trip; for
+            # longer ones the extra batch waits here, never more than one.
+            return max(0, snapshot.free + snapshot.in_use - snapshot.pending), None
+        starts = self._starts
+        landing = now + rtt
+        # Expected ends in [now - slack, landing] free by the time a take sent now lands.
+        first = bisect.bisect_left(starts, now - self.SLACK * est - est)
+        by_landing = bisect.bisect_right(starts, landing - est)
+        n0 = snapshot.free - snapshot.pending + max(0, by_landing - first)
+        # Ends in (landing, landing + rtt]: what waiting d would add.
+        within = bisect.bisect_right(starts, landing + rtt - est)
+        base = max(n0, 0)
+        best_gain, best_wait = 0.0, None
+        for i in range(by_landing, within):
+            wait = starts[i] + est - landing
+            gain = (i - by_landing + 1) * (rtt - wait) - base * wait
+            if gain > best_gain:
+                best_gain, best_wait = gain, wait
+        if best_wait is not None:
+            return 0, now + best_wait + self.MARGIN
+        if n0 > 0:
+            return n0, None
+        if within < len(starts):  # the next expected end is more than a round trip away
+            return 0, starts[within] + est - rtt
+        return 0, None
+
+    def wait_full(self, view: LoopView) -> None:
+        look_again = self._look_again
+        if look_again is None:
+            # No round trip yet: wait as drain does. Jobs taken ahead: until
+            # they have started (the plan changes then). Only stragglers
+            # run: until a slot frees.
+            if self.round_trip is None:
+                view.wait_drained(FULL_WAIT_SECONDS)
+            elif view.snapshot().pending:
+                view.wait_started(FULL_WAIT_SECONDS)
+            else:
+                view.wait_free(FULL_WAIT_SECONDS)
+            return
+        delay = look_again - time.monotonic()
+        if delay > 0:
+            view.pause(min(delay, FULL_WAIT_SECONDS))
+
+
 POLICIES: Dict[str, Type[TakePolicy]] = {"drain": DrainPolicy, "fixed": FixedPolicy,
-                                         "lookahead": LookaheadPolicy}
+                                         "lookahead": LookaheadPolicy, "pipeline": PipelinePolicy}
 
 
 def make_policy(name: str) -> TakePolicy:
