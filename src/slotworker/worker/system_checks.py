@@ -4,9 +4,9 @@ Each function raises ``RuntimeError`` when the machine fails it and returns
 otherwise; thresholds are arguments (:mod:`~slotworker.worker.auto_checks`
 reads them from the environment). What is measured follows runpod 1.12.0:
 
-- memory: the memory available to new processes (``MemAvailable`` in
-  ``/proc/meminfo``; runpod reads the same figure, through psutil when it
-  is installed), in GiB;
+- memory: the memory available to new processes, in GiB, from psutil
+  when it is installed (runpod depends on it; slotworker does not), else
+  ``MemAvailable`` in ``/proc/meminfo``, the figure psutil gives on Linux;
 - disk: free space on ``/`` as a percentage of its size;
 - network: a TCP connection to Google's public DNS server, 8.8.8.8 port 53.
 """
@@ -44,8 +44,8 @@ def read_meminfo(path: str = MEMINFO) -> Dict[str, int]:
     return fields
 
 
-def available_memory(path: str = MEMINFO) -> Tuple[float, float]:
-    """``(available, total)`` memory in GiB.
+def meminfo_memory(path: str = MEMINFO) -> Tuple[float, float]:
+    """``(available, total)`` memory in GiB, from ``/proc/meminfo``.
 
     Kernels before 3.14 print no ``MemAvailable``; free memory plus the page
     cache and buffers stands in for it there.
@@ -61,9 +61,20 @@ def available_memory(path: str = MEMINFO) -> Tuple[float, float]:
     return available / GIB, info.get("MemTotal", 0) / GIB
 
 
-def check_memory(min_gib: float, path: str = MEMINFO) -> None:
-    """At least ``min_gib`` GiB of memory is available."""
-    available, total = available_memory(path)
+def available_memory(meminfo: str = MEMINFO) -> Tuple[float, float]:
+    """``(available, total)`` memory in GiB: psutil's figures when the image has psutil, as runpod reads them,
+    else :func:`meminfo_memory` of ``meminfo`` (the same figure on Linux)."""
+    try:
+        import psutil  # type: ignore[import-not-found]  # optional: slotworker does not depend on it
+    except ImportError:
+        return meminfo_memory(meminfo)
+    memory = psutil.virtual_memory()
+    return memory.available / GIB, memory.total / GIB
+
+
+def check_memory(min_gib: float) -> None:
+    """At least ``min_gib`` GiB of memory is available (:func:`available_memory`)."""
+    available, total = available_memory()
     if available < min_gib:
         raise RuntimeError(f"Insufficient memory: {available:.2f}GB available, {min_gib:g}GB required")
     log.info("memory check passed: %.2fGB available of %.2fGB", available, total)
