@@ -384,6 +384,25 @@ def test_the_cuda_version_in_nvidia_smi_and_nvcc_output() -> None:
     assert nvidia.cuda_version_in_nvcc_output("nvcc: NVIDIA (R) Cuda compiler driver\n") is None
 
 
+@pytest.mark.parametrize("found, minimum, passes", [
+    (("nvidia-smi", "12.8"), "12.8", True),
+    (("nvidia-smi", "12.10"), "12.9", True),
+    (("nvcc", "Cuda compilation tools, release 11.7, V11.7.99"), "11.8", False),
+    (("nvidia-smi", "N/A"), "11.8", False),
+    (("nvidia-smi", "N/A"), "twelve", True),  # no minimum: even an unreadable version passes, as in runpod
+    (("nvidia-smi", "11.0"), "12", True),  # "12" is no MAJOR.MINOR, so no minimum (runpod reads it so)
+    (None, "99.9", True),  # no tool tells a version: skipped with a warning
+])
+def test_the_cuda_version_check(found: Optional[Tuple[str, str]], minimum: str, passes: bool,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nvidia, "installed_cuda_version", lambda: found)
+    if passes:
+        gpu_checks.check_cuda_version(minimum)
+    else:
+        with pytest.raises(RuntimeError, match="CUDA version too old"):
+            gpu_checks.check_cuda_version(minimum)
+
+
 def test_listed_gpus_counts_non_blank_lines() -> None:
     two = GPU_LIST + "\n" + GPU_LIST.replace("GPU 0", "GPU 1") + "\n\n"
     assert len(nvidia.listed_gpus(two)) == 2

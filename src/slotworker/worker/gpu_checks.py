@@ -81,9 +81,10 @@ def check_cuda_version(minimum: str) -> None:
     if need is None:
         log.warning("minimum CUDA version %r holds no MAJOR.MINOR version: no minimum applies", minimum)
         need = (0, 0)
-    have = nvidia.parse_version(text)
-    if have is None or have < need:
-        seen = _dotted(have) if have is not None else "an unreadable version (counted as 0.0)"
+    parsed = nvidia.parse_version(text)
+    have = parsed or (0, 0)
+    if have < need:
+        seen = _dotted(have) if parsed is not None else "an unreadable version (counted as 0.0)"
         raise RuntimeError(f"CUDA version too old: {seen} found ({source} says {text!r}), "
                            f"{_dotted(need)} required")
     log.info("CUDA version check passed: %s from %s (minimum %s)", _dotted(have), source, _dotted(need))
