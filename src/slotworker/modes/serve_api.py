@@ -29,6 +29,7 @@ def serve_api(options: Options, host: str = "localhost", port: int = 8000) -> in
         log.info("local API: %d fitness check(s) skipped (they run on the deployed worker only)",
                  len(fitness.registered()))
         fitness.clear_fitness_checks()
+    fitness.skip_automatic_checks()  # the automatic ones judge the deployed machine only
 
     platform = Platform(host=host, port=port, endpoint="local", long_poll=1.0)
     platform.start()

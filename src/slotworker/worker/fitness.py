@@ -1,12 +1,14 @@
 """Start-up fitness checks: functions that must pass before a deployed worker takes jobs.
 
-runpod 1.12.0's semantics (``rp_fitness.py``): checks run once, in
-registration order, before the first take, only in the deployed worker (not
-with ``--test_input`` or ``--rp_serve_api``). The first one that raises is
-logged, reported to the heartbeat URL as ``status=unhealthy`` (best effort,
-bounded), and the process ends at once with exit code 1 (``os._exit``: a broken
+As in runpod 1.12.0: the checks run once, before the first take, only in
+the deployed worker (not with ``--test_input`` or ``--rp_serve_api``). The
+user's checks (:func:`register_fitness_check`) run first, in registration
+order, then the automatic ones (:mod:`~slotworker.worker.auto_checks`:
+memory, disk, network; GPU, CUDA version, CUDA start-up and GPU compute on
+a GPU machine). The first one that raises is logged, reported to the
+heartbeat URL as ``status=unhealthy`` with its name (best effort, bounded),
+and the process ends at once with exit code 1 (``os._exit``: a broken
 environment may hold non-daemon threads that would block a normal exit).
-runpod's automatic GPU and system checks are not registered here.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Mapping, Optional
 
 from ..config import PROTOCOL_VERSION, Settings
+from .auto_checks import NamedCheck, automatic_checks
 
 log = logging.getLogger("slotworker")
 
 _checks: List[Callable[[], Any]] = []
+#: False once :func:`skip_automatic_checks` ran (the local API's worker).
+_automatic = True
 
 #: Seconds the unhealthy report may delay the exit (runpod: 2).
 REPORT_TIMEOUT = 2.0
@@ -47,8 +52,19 @@ def clear_fitness_checks() -> None:
 
 
 def registered() -> List[Callable[[], Any]]:
-    """The registered checks, in the order they run (a copy)."""
+    """The registered checks, in the order they run (a copy); the automatic ones are not among them."""
     return list(_checks)
+
+
+def skip_automatic_checks() -> None:
+    """Run no automatic check in this process from now on.
+
+    For a worker that serves local development (``--rp_serve_api``): the
+    automatic checks judge the deployed machine, as in runpod, where they
+    never run outside the deployed worker.
+    """
+    global _automatic
+    _automatic = False
 
 
 def report_unhealthy(settings: Settings, check: str, reason: str) -> None:
@@ -79,19 +95,23 @@ def _exit_unhealthy() -> None:
     os._exit(1)
 
 
-def run_fitness_checks(settings: Settings) -> None:
-    """Run the registered checks in order; return when every one passed.
+def run_fitness_checks(settings: Settings, env: Optional[Mapping[str, str]] = None) -> None:
+    """Run the registered checks, then the automatic ones; return when every one passed.
 
-    On the first failure: log it, report it to the ping URL of ``settings``,
-    and end the process with exit code 1.
+    The automatic checks read their switches and thresholds from ``env``
+    (``os.environ`` by default) now, not at import. On the first failure:
+    log it, report it to the ping URL of ``settings`` under the check's
+    name, and end the process with exit code 1.
     """
-    if not _checks:
-        log.debug("no fitness checks registered, skipping")
+    checks: List[NamedCheck] = [(getattr(check, "__name__", repr(check)), check) for check in _checks]
+    if _automatic:
+        checks += automatic_checks(os.environ if env is None else env)
+    if not checks:
+        log.debug("no fitness checks to run")
         return
-    log.info("running %d fitness check(s)...", len(_checks))
+    log.info("running %d fitness check(s)...", len(checks))
     total = time.perf_counter()
-    for check in list(_checks):
-        name = getattr(check, "__name__", repr(check))
+    for name, check in checks:
         started = time.perf_counter()
         try:
             result = check()
