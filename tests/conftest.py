@@ -21,6 +21,12 @@ except ImportError:  # pragma: no cover
 from slotworker.platform import Platform
 from support import LogRecords
 
+# Workers run in this process (WorkerThread) read these from os.environ: no
+# automatic fitness check here (one opens a connection to a public address).
+# tests/test_fitness_checks.py turns them on for the workers it starts.
+os.environ["RUNPOD_SKIP_AUTO_SYSTEM_CHECKS"] = "true"
+os.environ["RUNPOD_SKIP_GPU_CHECK"] = "true"
+
 
 @pytest.fixture
 def platform() -> Iterator[Platform]:

@@ -95,6 +95,8 @@ def test_worker_env_follows_the_protocol_templates(platform: Platform) -> None:
         "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID?gpu=local",
         "RUNPOD_POD_ID": "w7",
         "RUNPOD_AI_API_KEY": "local-key",
+        "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
+        "RUNPOD_SKIP_GPU_CHECK": "true",
     }
     assert "RUNPOD_ENDPOINT_ID" not in env
 

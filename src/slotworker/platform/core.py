@@ -125,7 +125,10 @@ class Platform:
         """The environment a worker needs to run against this platform.
 
         ``query`` is the query string every URL template carries (the real
-        platform's routing parameters stand there).
+        platform's routing parameters stand there). The automatic fitness
+        checks are switched off: they test a production machine (and one of
+        them opens a connection to a public address), which a worker
+        developed or benchmarked against this platform is not.
         """
         base = f"{self.url}/v2/{self.endpoint}"
         return {
@@ -135,6 +138,8 @@ class Platform:
             "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID?{query}",
             "RUNPOD_POD_ID": worker_id,
             "RUNPOD_AI_API_KEY": api_key or self.api_key or "local-key",
+            "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
+            "RUNPOD_SKIP_GPU_CHECK": "true",
         }
 
     # ------------------------------------------------------------ jobs
