@@ -41,6 +41,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .tools.demo import main as demo_main
         return demo_main(rest)
     if command == "bench":
+        if "--matrix" in rest:
+            from .tools.matrix import main as matrix_main
+            return matrix_main(rest)
         from .tools.bench import main as bench_main
         return bench_main(rest)
     if command == "version":
