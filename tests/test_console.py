@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -201,6 +202,8 @@ def test_output_holding_markup_shows_as_text_and_runs_nothing(page: Any, served:
     cells = row_status(page, failed["id"], "FAILED")
     assert cells["error"] == "error: RuntimeError: " + image and cells["elements"] == 0
 
+    shot(page, tmp_path, "markup-as-text")
+
     # The detail view shows the output and the error message as text as well.
     page.execute_script(f"document.querySelector('#jobs tr[data-id=\"{failed['id']}\"]').click()")
     wait_js(page, "return document.getElementById('detail').open && "
@@ -209,7 +212,6 @@ def test_output_holding_markup_shows_as_text_and_runs_nothing(page: Any, served:
     assert page.execute_script("return document.querySelectorAll('#jobs script, #jobs img, #detail script, "
                                "#detail img, #answer *').length") == 0
     assert page.execute_script("return typeof window.__pwned") == "undefined"
-    shot(page, tmp_path, "markup-as-text")
     no_console_errors(page)
 
 
@@ -233,6 +235,22 @@ def test_a_burst_fills_the_slots_on_the_chart(page: Any, served: Platform, tmp_p
     worker = wait_js(page, "const r = document.querySelector('#workers tr[data-worker=w1]');"
                            "return r && r.dataset.slots !== '' && r.dataset.slots")
     assert worker == str(SLOTS)
+    # Pointing at a take on the chart describes it (swept right to left with
+    # synthetic pointer moves, in the page).
+    described = page.execute_script("""
+        const canvas = document.getElementById('chart');
+        const rect = canvas.getBoundingClientRect();
+        for (let px = rect.width - 1; px >= 0; px -= 1) {
+          canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: rect.left + px, clientY: rect.bottom - 25}));
+          const text = document.getElementById('takes-summary').textContent;
+          if (text.startsWith('Take by')) return text;
+        }
+        return null;""")
+    assert re.match(r"Take by w1 at -\d+\.\d s: asked \d+, given \d+, \d+ held when asked \(slots ≈ \d+\)",
+                    described or ""), described
+    page.execute_script("document.getElementById('chart').dispatchEvent(new MouseEvent('mouseleave'))")
+    assert page.execute_script("return document.getElementById('takes-summary').textContent")\
+        .startswith("Takes in the window")
     for job_id in ids[-3:]:
         row_status(page, job_id, "COMPLETED")
     path = shot(page, tmp_path, "burst")

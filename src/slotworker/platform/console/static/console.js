@@ -25,6 +25,9 @@
     polling: false,
     again: false,
     lastPoll: -Infinity,
+    chart: null,        // the last chart's time-to-x mapping and takes, for pointing at a take
+    hover: null,        // the description of the take pointed at, if any
+    takesSummary: "",
   };
 
   // ---------------------------------------------------------------- storage
@@ -478,10 +481,38 @@
     const asked = data.takes.reduce((s, t) => s + t.asked, 0);
     const given = data.takes.reduce((s, t) => s + t.given, 0);
     const empty = data.takes.filter((t) => t.given === 0).length;
-    setText($("takes-summary"),
-            `Takes in the window: ${data.takes.length}${data.takesTruncated ? " (the most recent)" : ""} · ` +
-            `asked ${asked} · given ${given} · empty ${empty}` +
-            (data.knownFrom !== null ? ` · older changes not kept (before ${Math.round(-data.knownFrom)} s ago)` : ""));
+    state.takesSummary =
+      `Takes in the window: ${data.takes.length}${data.takesTruncated ? " (the most recent)" : ""} · ` +
+      `asked ${asked} · given ${given} · empty ${empty}` +
+      (data.knownFrom !== null ? ` · older changes not kept (before ${Math.round(-data.knownFrom)} s ago)` : "") +
+      (data.takes.length ? " · point at a take for its details" : "");
+    state.chart = {x, takes: data.takes};
+    setText($("takes-summary"), state.hover || state.takesSummary);
+  }
+
+  function describeTake(take) {
+    return `Take by ${take.worker} at ${take.t.toFixed(1)} s: asked ${take.asked}, given ${take.given}` +
+           (take.held === null ? "" : `, ${take.held} held when asked (slots ≈ ${take.held + take.asked})`) +
+           `, answered after ${Math.round((take.t - take.startT) * 1000)} ms`;
+  }
+
+  function onChartPointer(event) {
+    // The take drawn nearest the pointer, within a few pixels, is described
+    // in place of the takes summary.
+    const chart = state.chart;
+    if (!chart) return;
+    const px = event.clientX - $("chart").getBoundingClientRect().left;
+    let nearest = null;
+    let distance = 5;
+    for (const take of chart.takes) {
+      const d = Math.abs(chart.x(take.t) - px);
+      if (d < distance) {
+        nearest = take;
+        distance = d;
+      }
+    }
+    state.hover = nearest ? describeTake(nearest) : null;
+    setText($("takes-summary"), state.hover || state.takesSummary);
   }
 
   // ---------------------------------------------------------------- polling
@@ -553,6 +584,11 @@
     $("older").addEventListener("click", () => { state.before = state.olderCursor; schedulePoll(0); });
     $("newest").addEventListener("click", () => { state.before = null; schedulePoll(0); });
     $("purge").addEventListener("click", purgeQueue);
+    $("chart").addEventListener("mousemove", onChartPointer);
+    $("chart").addEventListener("mouseleave", () => {
+      state.hover = null;
+      setText($("takes-summary"), state.takesSummary);
+    });
     $("detail-close").addEventListener("click", () => $("detail").close());
     document.addEventListener("visibilitychange", () => { if (!document.hidden) schedulePoll(0); });
     window.addEventListener("resize", () => schedulePoll(0));
