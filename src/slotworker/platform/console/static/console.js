@@ -11,6 +11,7 @@
   const MIN_GAP_MS = 200;
   const PAGE = 50;
   const KEPT_INPUTS = 10;
+  const KEPT_INPUT_CHARS = 64 * 1024;
   const SUBMIT_PARALLEL = 3; // leaves the browser's other connections to the polls
   const COLORS = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2", "#65a30d", "#dc2626"];
   const STORE_KEY = "slotworker.console";
@@ -48,8 +49,14 @@
     }
   }
 
+  function savedInputs() {
+    const inputs = loadSaved().inputs;
+    return Array.isArray(inputs) ? inputs.filter((t) => typeof t === "string") : [];
+  }
+
   function rememberInput(text) {
-    const inputs = (loadSaved().inputs || []).filter((t) => t !== text);
+    if (text.length > KEPT_INPUT_CHARS) return; // a huge input would crowd out the others
+    const inputs = savedInputs().filter((t) => t !== text);
     inputs.unshift(text);
     save({inputs: inputs.slice(0, KEPT_INPUTS)});
     fillRecent();
@@ -57,7 +64,7 @@
 
   function fillRecent() {
     const select = $("recent");
-    const inputs = loadSaved().inputs || [];
+    const inputs = savedInputs();
     select.replaceChildren(el("option", {value: ""}, inputs.length ? "— pick one —" : "— none yet —"));
     inputs.forEach((text, i) => {
       const oneLine = text.replace(/\s+/g, " ");
@@ -563,17 +570,17 @@
   function start() {
     const saved = loadSaved();
     fillRecent();
-    $("input").value = (saved.inputs && saved.inputs[0]) || '{"prompt": "hello"}';
+    $("input").value = savedInputs()[0] || '{"prompt": "hello"}';
     if (saved.route === "runsync") document.querySelector("input[name=route][value=runsync]").checked = true;
     if (saved.copies) $("copies").value = saved.copies;
     if (saved.windowS) {
       $("window").value = String(saved.windowS);
-      state.windowS = Number($("window").value) || 60;
+      if (!$("window").value) $("window").value = "60"; // a window no longer offered
+      state.windowS = Number($("window").value);
     }
     $("submit-form").addEventListener("submit", onSubmit);
     $("recent").addEventListener("change", (e) => {
-      const inputs = loadSaved().inputs || [];
-      const text = inputs[Number(e.target.value)];
+      const text = savedInputs()[Number(e.target.value)];
       if (e.target.value !== "" && text !== undefined) $("input").value = text;
     });
     $("window").addEventListener("change", (e) => {
