@@ -69,6 +69,9 @@ def test_the_pages_and_their_files_load_nothing_from_a_network() -> None:
         assert not re.search(r"https?://(?!www\.w3\.org/2000/svg\")", text), name
         assert not re.search(r"(src|href)=\"(?!/)", text), name
         assert "url(" not in text and "@import" not in text and "@font-face" not in text, name
+        # Inline style and script would be refused by the CSP (and logged as errors).
+        assert "style=" not in text and ".style." not in text and "<style" not in text, name
+        assert not re.search(r"<script(?![^>]*\bsrc=)", text) and not re.search(r"\son[a-z]+=\"", text), name
 
 
 @pytest.mark.parametrize("name", sorted(STATIC))
