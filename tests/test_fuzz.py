@@ -1,6 +1,7 @@
 """Fuzzing the local platform's HTTP API: random methods, paths, queries,
-headers and bodies on the client routes and the worker routes. It must never
-answer 5xx (no faults are configured here) and must stay up."""
+headers and bodies on the client routes, the console's routes and the worker
+routes. It must never answer 5xx (no faults are configured here) and must
+stay up."""
 
 from __future__ import annotations
 
@@ -27,11 +28,18 @@ worker = st.one_of(st.just("w1"), segment)
 small_ms = st.integers(min_value=-5, max_value=150).map(str)
 query_value = st.one_of(small_ms, segment, st.just(""), st.just("1"), st.just("true"))
 query = st.dictionaries(st.sampled_from(["wait", "batch_size", "job_in_progress", "job_id", "all",
-                                         "runpod_version", "isStream", "gpu", "x"]),
+                                         "runpod_version", "isStream", "gpu", "x",
+                                         "limit", "before", "window"]),
                         query_value, max_size=4)
 
 CLIENT = ["run", "runsync", "status/{job}", "stream/{job}", "cancel/{job}", "health", "openapi.json",
-          "purge-queue", "{seg}", "{seg}/{seg}"]
+          "purge-queue", "{seg}", "{seg}/{seg}",
+          # The console: its pages, files and JSON routes.
+          "", "docs", "console/static/console.js", "console/static/{seg}", "console/jobs",
+          "console/jobs/{job}", "console/workers", "console/timeline", "console/{seg}"]
+#: The only answers that are not JSON: the console's pages and files.
+NOT_JSON = {"text/html; charset=utf-8", "text/javascript; charset=utf-8", "text/css; charset=utf-8",
+            "image/svg+xml"}
 WORKER = ["job-take/{worker}", "job-take-batch/{worker}", "job-done/{worker}/{job}",
           "job-stream/{worker}/{job}", "ping/{worker}", "job-stop/{worker}", "job-done/{worker}",
           "job-take/{worker}/{seg}", "ping"]
@@ -83,25 +91,34 @@ def fuzzed() -> Iterator[Platform]:
         yield platform
 
 
-def send(platform: Platform, method: str, path: str, body: bytes,
-         hdrs: Dict[str, str]) -> Tuple[int, bytes]:
+def send_full(platform: Platform, method: str, path: str, body: bytes,
+              hdrs: Dict[str, str]) -> Tuple[int, str, bytes]:
+    """Status, Content-Type and body of one request on a new connection."""
     conn = http.client.HTTPConnection(platform.host, platform.port, timeout=10)
     try:
         conn.request(method, path, body=body if method in ("POST", "PUT") or body else None, headers=hdrs)
         response = conn.getresponse()
-        return response.status, response.read()
+        return response.status, response.getheader("Content-Type") or "", response.read()
     finally:
         conn.close()
+
+
+def send(platform: Platform, method: str, path: str, body: bytes,
+         hdrs: Dict[str, str]) -> Tuple[int, bytes]:
+    status, _, answer = send_full(platform, method, path, body, hdrs)
+    return status, answer
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(method=methods, path=paths(), body=bodies, hdrs=headers)
 def test_random_requests_never_get_a_5xx(fuzzed, method, path, body, hdrs):
-    status, answer = send(fuzzed, method, path, body, hdrs)
+    status, content_type, answer = send_full(fuzzed, method, path, body, hdrs)
     assert status < 500, (method, path, body, hdrs, status, answer)
-    if answer:
-        json.loads(answer)  # every answer with a body is JSON, never a traceback page
+    if content_type in NOT_JSON:
+        assert status == 200 and method == "GET", (method, path, status, content_type)
+    elif answer:
+        json.loads(answer)  # every other answer with a body is JSON, never a traceback page
 
 
 @pytest.mark.parametrize("method", ["PATCH", "OPTIONS", "TRACE", "HEAD"])

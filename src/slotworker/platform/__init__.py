@@ -1,7 +1,8 @@
 """The local platform: a real HTTP server on loopback that plays the RunPod
 serverless platform, worker side (take, batch take, done, stream, ping, stop)
 and client side (/run, /runsync, /status, /stream, /cancel, /health) on one
-port. Used by `--rp_serve_api`, by the tests and by the benchmarks.
+port, with a console in the browser at / and an API reference at /docs (see
+`console`). Used by `--rp_serve_api`, by the tests and by the benchmarks.
 
     from slotworker.platform import Platform, Faults
     with Platform(take_cost=0.5) as p:

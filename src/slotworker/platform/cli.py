@@ -81,6 +81,7 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
         print(f"# slotworker platform serving on {platform.url}", flush=True)
         for key, value in platform.worker_env(args.worker_id).items():
             print(f"export {key}={shlex.quote(value)}", flush=True)
+        print(f"# console: {platform.url}/ (API reference: {platform.url}/docs)", flush=True)
         # The main thread stays in a short wait so that signals are handled.
         while not stop.wait(0.5):
             pass

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from . import console
 from . import faults as F
 from .state import JobStore, RequestRecord
 
@@ -127,8 +128,9 @@ class PlatformHandler(BaseHTTPRequestHandler):
         body: bytes = b"",
         content_type: str = "application/json",
         close: bool = False,
+        headers: Optional[Dict[str, str]] = None,
     ) -> None:
-        """Status line, headers and body in one send."""
+        """Status line, headers (`headers`: extra ones) and body in one send."""
         if close:
             self.close_connection = True
         try:
@@ -141,6 +143,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
             head.append(f"Content-Length: {len(body)}")
         else:
             body = b""
+        head.extend(f"{name}: {value}" for name, value in (headers or {}).items())
         head.append("Connection: close" if self.close_connection else "Connection: keep-alive")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         self.wfile.write(data)
@@ -481,7 +484,10 @@ class PlatformHandler(BaseHTTPRequestHandler):
                 raise _BadRequest(405, "use POST for /purge-queue")
             self._json(200, {"removed": platform.purge_queue(), "status": "completed"})
         else:
-            raise _BadRequest(404, f"no such route: {method} {self.path}")
+            answer = console.route(platform, method, parts, query)
+            if answer is None:
+                raise _BadRequest(404, f"no such route: {method} {self.path}")
+            self._write(answer.status, answer.body, content_type=answer.content_type, headers=answer.headers)
 
     @staticmethod
     def _wait_seconds(query: Dict[str, str], default: float) -> float:

@@ -27,6 +27,11 @@ FINAL_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMED_OUT})
 
 _MISSING = object()
 
+#: In-progress changes kept for the console's timeline (two per job).
+ACTIVITY_KEPT = 20_000
+#: Take records kept for the console's timeline, beside the full event list.
+TAKES_KEPT = 5_000
+
 
 @dataclass
 class RequestRecord:
@@ -82,6 +87,14 @@ class JobRecord:
     def has_output(self) -> bool:
         """True when a result (or, in progress, a progress update) carried output."""
         return self.output is not _MISSING
+
+    def has_error(self) -> bool:
+        """True when a final result carried an error."""
+        return self.error is not _MISSING
+
+    def has_progress(self) -> bool:
+        """True when a progress update was posted."""
+        return self.progress is not _MISSING
 
     def snapshot(self) -> "JobRecord":
         """A copy safe to hand out of the lock."""
@@ -163,6 +176,12 @@ class JobStore:
             "waiting_stops": 0,
         }
         self._final_listeners: List[Callable[[JobRecord], None]] = []
+        # For the console: jobs in progress per worker, the last changes of
+        # those counts as (time, worker, before, after), and the last takes;
+        # bounded, so a long run does not grow them.
+        self._held: Dict[str, int] = {}
+        self._activity: Deque[Tuple[float, str, int, int]] = collections.deque(maxlen=ACTIVITY_KEPT)
+        self._recent_takes: Deque[RequestRecord] = collections.deque(maxlen=TAKES_KEPT)
 
     # ------------------------------------------------------------ helpers
     _STATE_COUNTER = {
@@ -174,6 +193,7 @@ class JobStore:
     }
 
     def _set_status(self, job: JobRecord, new: str) -> None:
+        was_running = job.status == IN_PROGRESS
         old = self._STATE_COUNTER.get(job.status)
         if old is not None:
             self._counts[old] -= 1
@@ -185,6 +205,17 @@ class JobStore:
             self._in_progress[job.id] = job
         else:
             self._in_progress.pop(job.id, None)
+        if was_running != (new == IN_PROGRESS) and job.worker_id is not None:
+            self._note_held(job.worker_id, 1 if new == IN_PROGRESS else -1)
+
+    def _note_held(self, worker: str, delta: int) -> None:
+        before = self._held.get(worker, 0)
+        after = before + delta
+        if after:
+            self._held[worker] = after
+        else:
+            self._held.pop(worker, None)
+        self._activity.append((time.monotonic(), worker, before, after))
 
     def _finish(self, job: JobRecord, new: str, now: float) -> None:
         self._set_status(job, new)
@@ -221,11 +252,32 @@ class JobStore:
             self._events.insert(i, event)
             if event.kind in ("take", "take_batch"):
                 self._counts["takes"] += 1
+                self._recent_takes.append(event)
             self.changed.notify_all()
 
     def events(self) -> List[RequestRecord]:
         with self.mutex:
             return list(self._events)
+
+    def recent_takes(self) -> List[RequestRecord]:
+        """The last `TAKES_KEPT` take records, in the order they were answered."""
+        with self.mutex:
+            return list(self._recent_takes)
+
+    def activity(self) -> Tuple[List[Tuple[float, str, int, int]], Dict[str, int]]:
+        """The last `ACTIVITY_KEPT` changes of a worker's in-progress count,
+        as (monotonic time, worker, before, after) in time order, and the
+        counts now."""
+        with self.mutex:
+            return list(self._activity), dict(self._held)
+
+    def workers(self) -> Dict[str, Tuple[float, int]]:
+        """Every worker seen: (monotonic time last seen, jobs in progress now)."""
+        with self.mutex:
+            seen = dict(self._workers_seen)
+            for worker in self._held:
+                seen.setdefault(worker, 0.0)
+            return {w: (t, self._held.get(w, 0)) for w, t in seen.items()}
 
     # ------------------------------------------------------------ client side
     def submit(
@@ -280,6 +332,18 @@ class JobStore:
     def snapshots(self) -> List[JobRecord]:
         with self.mutex:
             return [j.snapshot() for j in self._jobs.values()]
+
+    def page(self, before: Optional[int], limit: int) -> Tuple[int, List[Tuple[int, JobRecord]]]:
+        """The total number of jobs, and snapshots of up to `limit` of them,
+        newest first, each with its submission index; only those with an
+        index below `before` when given."""
+        with self.mutex:
+            total = len(self._jobs)
+            end = total if before is None else max(0, min(before, total))
+            # Walked from the newest end, so the newest page costs `limit`
+            # steps however many jobs there are.
+            newest_first = itertools.islice(reversed(self._jobs.values()), total - end, total - end + limit)
+            return total, [(end - 1 - i, job.snapshot()) for i, job in enumerate(newest_first)]
 
     def cancel(self, job_id: str) -> Dict[str, Any]:
         now = time.monotonic()
@@ -374,8 +438,8 @@ class JobStore:
             job = obj
             if job.status != IN_QUEUE:
                 continue  # cancelled or finished while queued
+            job.worker_id = worker  # before the status: its worker's count changes
             self._set_status(job, IN_PROGRESS)
-            job.worker_id = worker
             job.taken_at = now
             if job.first_taken_at is None:
                 job.first_taken_at = now
