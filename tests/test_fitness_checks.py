@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from slotworker.platform import Platform
-from slotworker.worker import auto_checks, gpu_checks, nvidia, system_checks
+from slotworker.worker.fitness import auto_checks, gpu_checks, nvidia, system_checks
 
 from support import run_script, spawn_script, write_script
 
@@ -97,7 +97,7 @@ def calls_of(path: str) -> List[str]:
 WORKER = """
     import os
     import slotworker as runpod
-    from slotworker.worker import system_checks
+    from slotworker.worker.fitness import system_checks
 
     # runpod offers no setting for the network check's target; the test points
     # it at its own loopback listener so that no traffic leaves the machine.

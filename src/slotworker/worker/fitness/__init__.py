@@ -22,7 +22,7 @@ import time
 import traceback
 from typing import Any, Callable, List, Mapping, Optional
 
-from ..config import PROTOCOL_VERSION, Settings
+from ...config import PROTOCOL_VERSION, Settings
 from .auto_checks import NamedCheck, automatic_checks
 
 log = logging.getLogger("slotworker")
