@@ -1,0 +1,124 @@
+"""The pipeline take policy: one take in flight, landing as a wave of jobs ends.
+
+The decision itself is a pure function of the estimates and the running
+jobs' starts, tested directly; the worker tests run it against the local
+platform with a take cost, jobs of a fixed length and real threads.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from slotworker.worker.take_policies import PipelinePolicy, Snapshot
+
+from support import Gate, WorkerThread
+
+DEADLINE = 60.0
+
+
+def learned(rtt: float, est: float, starts: list) -> PipelinePolicy:
+    policy = PipelinePolicy()
+    policy.round_trip, policy.job_seconds = rtt, est
+    policy._samples = PipelinePolicy.MIN_SAMPLES
+    policy._starts = sorted(starts)
+    return policy
+
+
+def test_a_batch_about_to_end_is_worth_a_short_wait() -> None:
+    now = 100.0
+    # 4 slots: one job ends just before a take sent now would land, three just after.
+    policy = learned(0.5, 1.0, [now - 0.51, now - 0.49, now - 0.49, now - 0.49])
+    n, look_again = policy._plan(Snapshot(free=0, in_use=4, pending=0), now)
+    assert n == 0 and look_again is not None and now < look_again < now + 0.05
+
+
+def test_slots_freeing_steadily_are_taken_at_once() -> None:
+    now = 100.0
+    # 16 slots, one job ending every 1/16 s from now on: waiting never gathers
+    # more than it leaves idle, so the take goes now, for the 9 that end by its landing.
+    starts = [now - 1.0 + i / 16 for i in range(16)]
+    policy = learned(0.5, 1.0, starts)
+    n, look_again = policy._plan(Snapshot(free=0, in_use=16, pending=0), now)
+    assert (n, look_again) == (9, None)
+
+
+def test_a_wave_far_from_its_end_is_looked_at_one_round_trip_before_it() -> None:
+    now = 100.0
+    policy = learned(0.5, 3.0, [now - 0.2] * 4)  # ends at now + 2.8
+    n, look_again = policy._plan(Snapshot(free=0, in_use=4, pending=0), now)
+    assert n == 0 and abs(look_again - (now + 2.3)) < 1e-6
+
+
+def test_a_straggler_does_not_count_as_about_to_end() -> None:
+    now = 100.0
+    policy = learned(0.5, 1.0, [now - 5.0, now - 5.0])  # overdue by 4 s
+    n, look_again = policy._plan(Snapshot(free=0, in_use=2, pending=0), now)
+    assert (n, look_again) == (0, None)
+
+
+def test_until_it_has_learned_it_keeps_one_batch_ahead_at_most() -> None:
+    policy = PipelinePolicy()
+    assert policy.how_many(Snapshot(free=4, in_use=0, pending=0)) == 4  # no round trip: drain
+    policy.observe_take(4, 4, 0.5)
+    assert policy.how_many(Snapshot(free=0, in_use=4, pending=0)) == 4
+    assert policy.how_many(Snapshot(free=0, in_use=4, pending=4)) == 0
+
+
+def test_a_learned_worker_takes_full_batches_while_its_slots_are_still_busy(make_platform) -> None:
+    slots, job_seconds = 4, 0.3
+    platform = make_platform(take_cost=0.1)
+
+    def handler(job):
+        time.sleep(job_seconds)
+        return job["input"]["i"]
+
+    with WorkerThread(platform, handler, concurrency=slots, take_policy="pipeline"):
+        ids = [platform.submit({"i": i}) for i in range(8 * slots)]
+        assert platform.wait_final(ids, DEADLINE)
+    assert [platform.status(j)["output"] for j in ids] == list(range(8 * slots))
+    counts = platform.counts()
+    assert counts["duplicates"] == 0 and counts["completed"] == 8 * slots
+    jobs = [platform.job(j) for j in ids]
+    # A take that left while every slot was busy: the pipeline asked ahead.
+    ahead = [t for t in platform.takes() if t.given > 0 and
+             sum(1 for j in jobs if j.taken_at is not None and j.taken_at < t.t_start
+                 and (j.finished_at or 1e18) > t.t_start) == slots]
+    assert ahead, [(t.t_start, t.requested, t.given) for t in platform.takes()]
+
+
+def test_every_job_taken_reports_once_with_uneven_job_lengths(platform) -> None:
+    def handler(job):
+        time.sleep(random.random() * 0.02)
+        return {"i": job["input"]["i"]}
+
+    ids = [platform.submit({"i": i}) for i in range(200)]
+    with WorkerThread(platform, handler, concurrency=8, take_policy="pipeline"):
+        assert platform.wait_final(ids, DEADLINE)
+    counts = platform.counts()
+    assert counts["completed"] == 200 and counts["duplicates"] == 0
+    assert [platform.status(j)["output"] for j in ids] == [{"i": i} for i in range(200)]
+
+
+def test_shutdown_runs_and_reports_the_jobs_taken_ahead(platform) -> None:
+    gate = Gate()
+    warm = [platform.submit({"warm": i}) for i in range(2)]
+    wt = WorkerThread(platform, gate.enter, concurrency=2, take_policy="pipeline").start()
+    try:
+        assert gate.wait_started(2, DEADLINE)
+        gate.open(*warm)
+        assert platform.wait_final(warm, DEADLINE)
+        ids = [platform.submit({"i": i}) for i in range(6)]
+        # Learned a round trip, not yet run times: one batch is taken ahead of its slots.
+        assert platform.wait_until(lambda p: sum(p.job(j).first_taken_at is not None for j in ids) >= 4,
+                                   DEADLINE)
+        wt.worker.shutdown("test: jobs taken ahead")
+        gate.open_all()
+        wt.thread.join(DEADLINE)
+    finally:
+        gate.open_all()
+    assert wt.exit_code == 0
+    taken = [j for j in ids if platform.job(j).first_taken_at is not None]
+    assert len(taken) >= 4
+    assert all(platform.status(j)["status"] == "COMPLETED" for j in taken)
+    assert platform.counts()["duplicates"] == 0
