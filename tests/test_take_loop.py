@@ -86,7 +86,7 @@ def test_full_worker_stops_taking_promptly_on_shutdown(platform):
         assert wait_for(lambda: wt.worker.take_loop.loops >= 2)
         asked = time.monotonic()
         wt.worker.shutdown("test")
-        wt.worker.fetch_thread.join(DEADLINE)
+        assert wt.worker.fetch_stopped.wait(DEADLINE)
         assert time.monotonic() - asked < 0.5
         takes_at_shutdown = len(platform.takes())
     finally:

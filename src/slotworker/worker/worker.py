@@ -54,6 +54,10 @@ class Worker:
         self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.take_loop.in_progress_ids)
         self.stop_channel = StopChannel(self.client, self.registry)
         self.fetch_thread: Optional[threading.Thread] = None
+        #: Set when the fetch loop has returned: no take will be sent any more.
+        #: (Waiting on it, rather than joining the thread, leaves the join to
+        #: run(): two threads joining one thread at once trip PyPy's threading.)
+        self.fetch_stopped = threading.Event()
         self._signals = 0
         self.lost = 0  # jobs still running when the grace period ran out
         # The concurrency starts at 1, as runpod's does; the modifier raises it.
@@ -123,6 +127,8 @@ class Worker:
         except BaseException:
             log.exception("the fetch loop died; shutting down")
             self.shutdown("fetch loop error")
+        finally:
+            self.fetch_stopped.set()
 
     def _finish(self) -> int:
         deadline = self.lifecycle.deadline or (time.monotonic() + self.grace)
