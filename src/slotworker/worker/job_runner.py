@@ -1,6 +1,6 @@
 """Running one job in its own thread: call the handler, stream, report.
 
-:meth:`JobRunner.run` is what the executor runs for each job. It never
+:meth:`JobRunner.run` is what a job thread runs for each job. It never
 raises: whatever the handler does (returns, raises, yields, never returns
 until stopped), the job ends with exactly one final result posted, except
 when the platform asked for it to stop.

@@ -3,9 +3,10 @@
 One fetch thread runs :meth:`TakeLoop.run`. Each turn applies the
 ``concurrency_modifier``, asks the take policy (:mod:`.take_policies`) how
 many jobs to take, reserves the free slots among them, takes (a batch take
-when more than one) and hands each job to the executor; a job taken ahead of
+when more than one) and hands each job to a job thread; a job taken ahead of
 its slot waits in :attr:`TakeLoop.pending` and starts, oldest first, as a
-slot frees. When the policy says the worker is full, the policy waits on
+slot frees. Jobs run on :class:`~.job_threads.JobThreads`, a thread per slot
+in use. When the policy says the worker is full, the policy waits on
 :attr:`TakeLoop.job_exited` through the loop's :class:`~.take_policies.LoopView`;
 the loop never spins.
 
@@ -23,12 +24,12 @@ import collections
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Deque, List
 
 from ..backoff import Backoff
 from ..config import Options
 from .job_runner import JobRunner
+from .job_threads import JobThreads
 from .lifecycle import Lifecycle
 from .platform_client import THROTTLE_BACKOFF, BadResponse, PlatformClient, PlatformError, Throttled
 from .take_policies import FULL_WAIT_SECONDS, Snapshot, TakePolicy, make_policy
@@ -40,9 +41,6 @@ log = logging.getLogger("slotworker")
 EMPTY_TAKE_FLOOR = 0.25
 #: Waits after failed takes: the first, and the cap it doubles up to.
 TAKE_BACKOFF = (0.5, 8.0)
-#: The executor may grow to this many threads; the slot counter, not the
-#: pool, bounds how many jobs run.
-MAX_THREADS = 4096
 
 
 def _unchanged(current: int) -> int:
@@ -54,7 +52,7 @@ def _never() -> bool:
 
 
 class TakeLoop:
-    """Takes jobs while there are free slots; runs each on the executor."""
+    """Takes jobs while there are free slots; runs each on a job thread."""
 
     def __init__(self, options: Options, client: PlatformClient, runner: JobRunner,
                  slots: Any, lifecycle: Lifecycle) -> None:
@@ -64,6 +62,8 @@ class TakeLoop:
         self.lifecycle = lifecycle
         self.modifier: Callable[[int], int] = options.concurrency_modifier or _unchanged
         self.policy: TakePolicy = make_policy(options.take_policy)
+        #: Jobs to hold taken beyond the free slots (the ``prefetch`` option).
+        self.prefetch = options.prefetch
         self._mutex = threading.Lock()
         # job_exited: notified by a job's thread after it releases its slot,
         # when a waiter's predicate now holds; by a capacity change; and by
@@ -76,7 +76,8 @@ class TakeLoop:
         self._wake_when: List[Callable[[], bool]] = []
         # Jobs taken ahead of their slot, in arrival order. Guarded by _mutex.
         self.pending: Deque[Any] = collections.deque()
-        self.executor = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="slotworker-job")
+        # One thread per slot in use; the slot counter bounds how many jobs run.
+        self.threads = JobThreads(self._job_thread)
         self.loops = 0       # fetch-loop turns (tests count these)
         self.takes = 0       # take requests sent
 
@@ -109,6 +110,9 @@ class TakeLoop:
     def pause(self, timeout: float) -> None:
         """Wait ``timeout`` seconds; shutdown or a capacity change ends it early."""
         self._wait(_never, time.monotonic() + timeout, until_shutdown=True)
+
+    def _prefetch_short(self) -> bool:
+        return len(self.pending) < self.prefetch
 
     def _has_spare_slot(self) -> bool:
         return self.slots.free > len(self.pending)
@@ -168,7 +172,13 @@ class TakeLoop:
                 self.pause(FULL_WAIT_SECONDS)
                 continue
             snapshot = self.snapshot()
-            want = self.policy.how_many(snapshot)
+            want = max(0, self.policy.how_many(snapshot))
+            if self.prefetch:
+                # Keep `prefetch` jobs waiting here on top of what the policy asks for.
+                want += max(0, self.prefetch - snapshot.pending)
+                if want == 0:
+                    self._wait(self._prefetch_short, time.monotonic() + FULL_WAIT_SECONDS, until_shutdown=True)
+                    continue
             if want <= 0:
                 self.policy.wait_full(self)
                 continue
@@ -229,12 +239,12 @@ class TakeLoop:
 
     # -- jobs -----------------------------------------------------------------------
     def _start(self, job: Any) -> None:
-        """Run ``job`` on the executor; its slot is already held."""
+        """Run ``job`` on a job thread; its slot is already held."""
         # Observed here, not in the job's thread, so that the fetch loop's
         # next look already counts it.
         started = time.monotonic()
         self.policy.observe_start(started)
-        self.executor.submit(self._job_thread, job, started)
+        self.threads.submit(job, started, busy=self.slots.in_use)
 
     def _start_pending_locked(self) -> None:
         """Start pending jobs, oldest first, while slots are free. Hold ``_mutex``."""

@@ -1,7 +1,7 @@
 """The deployed worker's lifecycle: start its threads, run, shut down.
 
 :class:`Worker` owns the fetch thread (:mod:`~slotworker.worker.take_loop`), the job
-executor, the heartbeat and the stop channel. Shutdown (SIGTERM/SIGINT,
+job threads, the heartbeat and the stop channel. Shutdown (SIGTERM/SIGINT,
 ``refresh_worker``, or :meth:`Worker.shutdown`) stops taking, lets a take in
 flight land and every job already taken finish and report within the grace
 period, then returns. A second signal exits at once.
@@ -148,7 +148,7 @@ class Worker:
                       left, self.grace, ", ".join(ids) or "(starting)")
         self.heartbeat.stop()
         self.watchdog.close()
-        self.take_loop.executor.shutdown(wait=not left)
+        self.take_loop.threads.shutdown(wait=not left)
         self.client.close()
         if self.runner.lost_results:
             log.error("LOST: %d final result(s) could not be posted (see the LOST lines above for their ids)",

@@ -1,0 +1,68 @@
+"""The threads jobs run on: one per slot in use, started when first needed, then reused.
+
+Why not :class:`concurrent.futures.ThreadPoolExecutor`: nothing waits on a
+job's outcome (each job posts its own result), so its per-job ``Future``
+(a Condition and an Event each) is pure cost, and it starts a new thread
+whenever no thread is idle at the moment of a submit — in a burst, that is
+whenever a thread has given its slot back but not yet returned to the queue,
+so the pool creeps towards its maximum. Here the number of threads follows
+the slots: a job is submitted holding its slot, and a thread is started
+only while there are fewer threads than slots in use.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, List, Optional, Tuple
+
+
+class JobThreads:
+    """Runs ``target(*args)`` for each submitted job on a reused thread.
+
+    ``target`` must not raise: a job's own code catches everything.
+    """
+
+    def __init__(self, target: Callable[..., None], name: str = "slotworker-job") -> None:
+        self._target = target
+        self._name = name
+        # Work items, or None: one per thread, to stop it.
+        self._queue: "queue.SimpleQueue[Optional[Tuple[Any, ...]]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()  # guards _threads and _closed
+        self._threads: List[threading.Thread] = []
+        self._closed = False
+
+    def __len__(self) -> int:
+        """Threads started so far."""
+        return len(self._threads)
+
+    def submit(self, *args: Any, busy: int) -> None:
+        """Run ``target(*args)`` on a thread; ``busy`` is the slots in use, this job's included."""
+        self._queue.put(args)
+        if len(self._threads) < busy:
+            with self._lock:
+                if len(self._threads) < busy and not self._closed:
+                    thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}",
+                                              daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+
+    def _serve(self) -> None:
+        get, target = self._queue.get, self._target
+        while True:
+            item = get()
+            if item is None:
+                return
+            target(*item)
+
+    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
+        """Let every thread finish its job and stop (idempotent); ``wait`` joins them."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                for _ in self._threads:
+                    self._queue.put(None)
+            threads = list(self._threads)
+        if wait:
+            for thread in threads:
+                thread.join(timeout)
