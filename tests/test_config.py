@@ -99,3 +99,10 @@ def test_start_with_a_bad_option_logs_it_and_exits_1_before_taking(tmp_path: Any
     assert "Traceback" not in proc.stdout + proc.stderr
     assert platform.takes() == []
     assert platform.status(job_id)["status"] == "IN_QUEUE"
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "3", True])
+def test_prefetch_must_be_a_whole_number_of_jobs(value: Any) -> None:
+    with pytest.raises(ConfigError, match="prefetch"):
+        load(prefetch=value)
+    assert load(prefetch=4).prefetch == 4 and load().prefetch == 0

@@ -122,3 +122,27 @@ def test_shutdown_runs_and_reports_the_jobs_taken_ahead(platform) -> None:
     assert len(taken) >= 4
     assert all(platform.status(j)["status"] == "COMPLETED" for j in taken)
     assert platform.counts()["duplicates"] == 0
+
+
+def test_prefetch_holds_jobs_beyond_the_free_slots_and_lists_them_in_the_heartbeat(make_platform) -> None:
+    platform = make_platform()
+    gate = Gate()
+    ids = [platform.submit({"i": i}) for i in range(6)]
+    wt = WorkerThread(platform, gate.enter, concurrency=2, prefetch=3,
+                      env={"RUNPOD_PING_INTERVAL": "100"}).start()
+    try:
+        assert gate.wait_started(2, DEADLINE)
+        # Two run, three more are held here, one stays queued.
+        assert platform.wait_until(lambda p: p.counts()["queued"] == 1, DEADLINE)
+        held = [j for j in ids if platform.job(j).first_taken_at is not None and j not in gate.started]
+        assert len(held) == 3
+        assert platform.wait_until(lambda p: any(
+            e.kind == "ping" and set(held) <= set(e.query.get("job_id", "").split(",")) for e in p.events),
+            DEADLINE)
+        gate.open_all()
+        assert platform.wait_final(ids, DEADLINE)
+    finally:
+        gate.open_all()
+        wt.stop()
+    assert platform.counts()["duplicates"] == 0
+    assert [platform.status(j)["status"] for j in ids] == ["COMPLETED"] * 6

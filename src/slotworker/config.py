@@ -206,6 +206,8 @@ class Options:
     #: Seconds a job may run before it is interrupted; None: no limit.
     job_timeout: Optional[float] = None
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    #: Jobs taken beyond the free slots and held until a slot frees (0: none).
+    prefetch: int = 0
     #: runpod's flags as parsed (``rp_debugger``, ``test_input``, ...).
     flags: Dict[str, Any] = field(default_factory=dict)
     #: ``time.perf_counter()`` when ``start()`` was called (``--rp_debugger``'s ready delay).
@@ -236,6 +238,9 @@ class Options:
         job_timeout: Optional[float] = None
         if config.get("job_timeout") is not None:
             job_timeout = _number("job_timeout", config["job_timeout"], 0.0) or None  # 0: no limit
+        prefetch = config.get("prefetch", 0)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ConfigError(f"prefetch must be a whole number of jobs >= 0, not {prefetch!r}")
         if "shutdown_grace" in config:
             grace = _number("shutdown_grace", config["shutdown_grace"], 0.0)
         elif env.get("SLOTWORKER_SHUTDOWN_GRACE"):
@@ -251,6 +256,7 @@ class Options:
             take_policy=policy,
             job_timeout=job_timeout,
             shutdown_grace=grace,
+            prefetch=prefetch,
             flags=dict(flags or {}),
             started_at=time.perf_counter() if started_at is None else started_at,
         )

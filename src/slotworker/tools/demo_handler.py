@@ -3,7 +3,8 @@
 Run as ``python -m slotworker.tools.demo_handler``; it reads its settings from the
 environment so that any worker command line can be an arm:
 ``SLOTWORKER_DEMO_SLOTS`` (concurrency, default 32),
-``SLOTWORKER_DEMO_POLICY`` (take policy, default drain).
+``SLOTWORKER_DEMO_POLICY`` (take policy, default drain),
+``SLOTWORKER_DEMO_PREFETCH`` (jobs held beyond the free slots, default 0).
 A job's ``input.seconds`` is how long it sleeps (default 0.4).
 """
 
@@ -31,6 +32,7 @@ def main() -> None:
         "handler": handler,
         "concurrency_modifier": lambda current: slots,
         "take_policy": os.environ.get("SLOTWORKER_DEMO_POLICY", "drain"),
+        "prefetch": int(os.environ.get("SLOTWORKER_DEMO_PREFETCH", "0")),
     })
 
 
