@@ -6,6 +6,7 @@ Pure functions, no I/O and no environment: the runner and local mode share them.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import platform
 import time
@@ -90,7 +91,8 @@ def plain_error(message: str) -> Dict[str, Any]:
     return {"error": message}
 
 
-def _processor() -> str:
+@functools.lru_cache(maxsize=1)
+def processor_name() -> str:
     """The CPU's model name, as runpod's debugger reports it (without py-cpuinfo)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -120,7 +122,7 @@ def debugger_output(started: float, ended: float, ready_at: Optional[float]) -> 
     out: Dict[str, Any] = {
         "system_info": {
             "os": f"{platform.system()} {platform.release()}",
-            "processor": _processor(),
+            "processor": processor_name(),
             "python_version": platform.python_version(),
             "runpod": PROTOCOL_VERSION,
             "slotworker": __version__,

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ...config import PROTOCOL_VERSION
 from ..._version import __version__
+from ...worker.results import processor_name
 
 __all__ = ["Checkpoints", "LineTimer", "FunctionTimer", "get_debugger_output", "clear_debugger_output"]
 
@@ -160,24 +161,10 @@ class FunctionTimer:
         return functools.partial(self.__call__, instance)
 
 
-@functools.lru_cache(maxsize=1)
-def _processor() -> str:
-    # runpod asks py-cpuinfo; the model name line of /proc/cpuinfo is the
-    # same text on Linux, without the dependency.
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "Unable to get processor info."
-
-
 def _system_info() -> Dict[str, str]:
     return {
         "os": f"{platform.system()} {platform.release()}",
-        "processor": _processor(),
+        "processor": processor_name(),
         "python_version": platform.python_version(),
         "runpod": PROTOCOL_VERSION,
         "slotworker": __version__,
