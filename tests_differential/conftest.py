@@ -81,7 +81,9 @@ def runpod_ref(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
     python = os.environ.get("SLOTWORKER_RUNPOD_PYTHON")
     if not python:
         pytest.skip("set SLOTWORKER_RUNPOD_PYTHON to an interpreter with runpod 1.12.0 installed")
-    ref = Reference(python, str(tmp_path_factory.mktemp("reference") / "stderr.log"))
+    # Absolute (the server runs in another folder), but not resolved: a
+    # venv's python is a link, and following it would leave the venv.
+    ref = Reference(os.path.abspath(python), str(tmp_path_factory.mktemp("reference") / "stderr.log"))
     try:
         yield ref
     finally:
