@@ -85,18 +85,21 @@ def table(samples: List[Dict[str, Any]]) -> str:
     """One row per cell: t99 / floor and CPU ms per job for each arm."""
     arms = list(dict.fromkeys(s["arm"] for s in samples))
     cells = list(dict.fromkeys((s["cell_slots"], s["cell_job"]) for s in samples))
-    head = f"{'slots':>6}{'job s':>7}{'floor s':>9}" + "".join(f"{a + ' t99/floor':>22}" for a in arms)
-    head += "".join(f"{a + ' cpu ms/job':>23}" for a in arms) + f"{'lost':>6}{'dup':>5}"
+    width = max([12] + [len(a) + 2 for a in arms])
+    head = f"{'':>22}" + f"{'t99 / floor':^{width * len(arms)}}" + f"{'cpu ms per job':^{width * len(arms)}}"
     lines = [head]
+    head = f"{'slots':>6}{'job s':>7}{'floor s':>9}" + "".join(f"{a:>{width}}" for a in arms) * 2
+    head += f"{'lost':>6}{'dup':>5}"
+    lines.append(head)
     for slots, job in cells:
         mine = [s for s in samples if (s["cell_slots"], s["cell_job"]) == (slots, job)]
         row = f"{slots:>6}{job:>7.1f}{mine[0]['floor']:>9.2f}"
         for arm in arms:
             runs = [s for s in mine if s["arm"] == arm]
-            row += f"{_median([s['t99'] / s['floor'] for s in runs]):>22.3f}"
+            row += f"{_median([s['t99'] / s['floor'] for s in runs]):>{width}.3f}"
         for arm in arms:
             runs = [s for s in mine if s["arm"] == arm and s["cpu_seconds"] is not None]
-            row += f"{_median([1000 * s['cpu_seconds'] / s['jobs'] for s in runs]):>23.2f}"
+            row += f"{_median([1000 * s['cpu_seconds'] / s['jobs'] for s in runs]):>{width}.2f}"
         row += f"{sum(s['lost'] for s in mine):>6}{sum(s['duplicates'] for s in mine):>5}"
         lines.append(row)
     lines.append("t99/floor: time to 99 % done over the one-take-in-flight floor (1.00 is the floor); "

@@ -112,7 +112,7 @@ class TakeLoop:
         self._wait(_never, time.monotonic() + timeout, until_shutdown=True)
 
     def _prefetch_short(self) -> bool:
-        return len(self.pending) < self.prefetch
+        return len(self.pending) <= self.prefetch // 2
 
     def _has_spare_slot(self) -> bool:
         return self.slots.free > len(self.pending)
@@ -174,8 +174,12 @@ class TakeLoop:
             snapshot = self.snapshot()
             want = max(0, self.policy.how_many(snapshot))
             if self.prefetch:
-                # Keep `prefetch` jobs waiting here on top of what the policy asks for.
-                want += max(0, self.prefetch - snapshot.pending)
+                # Keep up to `prefetch` jobs waiting here on top of what the
+                # policy asks for, refilled once half of them have started:
+                # one take in flight at a time, so a take for one or two jobs
+                # would hold back the next, larger one.
+                if snapshot.pending <= self.prefetch // 2:
+                    want += self.prefetch - snapshot.pending
                 if want == 0:
                     self._wait(self._prefetch_short, time.monotonic() + FULL_WAIT_SECONDS, until_shutdown=True)
                     continue

@@ -1,0 +1,29 @@
+"""The benchmark tools' arithmetic: the floor a cell is measured against, and the matrix table."""
+
+from __future__ import annotations
+
+import pytest
+
+from slotworker.tools.matrix import floor_seconds, table
+
+
+@pytest.mark.parametrize("job, take, waves, floor", [
+    (0.4, 0.5, 16, 8.4),   # take-bound: 16 takes, then the last batch runs
+    (1.0, 0.5, 8, 8.5),    # job-bound: the first take, then 8 waves of 1 s
+    (0.5, 0.5, 2, 1.5),
+])
+def test_the_floor_is_one_take_in_flight(job: float, take: float, waves: int, floor: float) -> None:
+    assert floor_seconds(job, take, waves) == pytest.approx(floor)
+
+
+def test_the_matrix_table_has_a_row_per_cell_and_a_column_per_arm() -> None:
+    def sample(arm: str, slots: int, job: float, t99: float) -> dict:
+        return {"arm": arm, "cell_slots": slots, "cell_job": job, "floor": 4.0, "t99": t99,
+                "cpu_seconds": 0.5, "jobs": 500, "lost": 0, "duplicates": 0}
+
+    text = table([sample("drain", 32, 0.4, 8.0), sample("a-long-arm-name", 32, 0.4, 4.4),
+                  sample("drain", 128, 0.4, 6.0), sample("a-long-arm-name", 128, 0.4, 4.0)])
+    rows = text.splitlines()
+    assert "a-long-arm-name" in rows[1] and "drain" in rows[1]
+    assert rows[2].split() == ["32", "0.4", "4.00", "2.000", "1.100", "1.00", "1.00", "0", "0"]
+    assert rows[3].split()[:5] == ["128", "0.4", "4.00", "1.500", "1.000"]
