@@ -34,11 +34,10 @@ def serve_api(options: Options, host: str = "localhost", port: int = 8000) -> in
     platform = Platform(host=host, port=port, endpoint="local", long_poll=1.0)
     platform.start()
     try:
-        log.info("local API at %s: the console at %s/, the API reference at %s/docs", platform.url,
-                 platform.url, platform.url)
-        log.info("local API at %s (OpenAPI document at %s/openapi.json); "
+        url = platform.url
+        log.info("local API at %s: the console at %s/, the API reference at %s/docs; "
                  "try: curl -s -X POST %s/runsync -H 'Content-Type: application/json' "
-                 "-d '{\"input\": {}}'", platform.url, platform.url, platform.url)
+                 "-d '{\"input\": {}}'", url, url, url, url)
         settings = Settings.from_env(platform.worker_env(worker_id="local-worker"))
         worker = Worker(dataclasses.replace(options, settings=settings))
         worker.install_signal_handlers()

@@ -3,8 +3,9 @@
 One pooled :class:`requests.Session` per role (take, result posts, heartbeat
 and stop channel), none of which retries on its own: the fetch loop owns
 the takes' backoff and :func:`deliver` is the one retry loop of result posts,
-so the grace deadline bounds every attempt. Every call has a timeout. Redirects are never followed, so the API key is sent
-only to the URLs the platform gave us.
+so the grace deadline bounds every attempt. Every call has a timeout.
+Redirects are never followed, so the API key is sent only to the URLs the
+platform gave us.
 """
 
 from __future__ import annotations

@@ -96,20 +96,20 @@ class TakeLoop:
         """Wait until a slot is free that no pending job will take, shutdown, or ``timeout``."""
         return self._wait(self._has_spare_slot, time.monotonic() + timeout, until_shutdown=True)
 
-    # Predicates: called with _mutex held.
-    def _drained(self) -> bool:
-        return self.slots.in_use == 0 and not self.pending
-
     def wait_started(self, timeout: float) -> bool:
         """Wait until every pending job has started, shutdown, or ``timeout``."""
         return self._wait(self._none_pending, time.monotonic() + timeout, until_shutdown=True)
 
-    def _none_pending(self) -> bool:
-        return not self.pending
-
     def pause(self, timeout: float) -> None:
         """Wait ``timeout`` seconds; shutdown or a capacity change ends it early."""
         self._wait(_never, time.monotonic() + timeout, until_shutdown=True)
+
+    # Predicates: called with _mutex held.
+    def _drained(self) -> bool:
+        return self.slots.in_use == 0 and not self.pending
+
+    def _none_pending(self) -> bool:
+        return not self.pending
 
     def _prefetch_short(self) -> bool:
         return len(self.pending) <= self.prefetch // 2
