@@ -62,7 +62,7 @@ def _set_async_exc(thread_id: int, exc: Optional[type]) -> int:
 class RunningJob:
     """One job while its thread runs it."""
 
-    __slots__ = ("job_id", "thread_id", "stop_reason", "in_handler", "done", "reported", "_raised", "_lock")
+    __slots__ = ("job_id", "thread_id", "stop_reason", "in_handler", "done", "_raised", "_lock")
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
@@ -70,7 +70,6 @@ class RunningJob:
         self.stop_reason: Optional[type] = None  # JobStopped or JobTimedOut once asked
         self.in_handler = False
         self.done = False
-        self.reported = False  # a final result was attempted (the runner's own flag)
         self._raised = False
         self._lock = threading.Lock()
 

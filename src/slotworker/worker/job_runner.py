@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import progress, results
 from .platform_client import PlatformClient, Rejected, deliver, encode
+from .result_poster import ResultPoster
 from .lifecycle import Lifecycle
 from .interruption import JobInterrupted, JobStopped, JobTimedOut, Registry, RunningJob, Watchdog
 from ..config import Options
@@ -67,6 +68,10 @@ def _handler_checkpoints(keep: bool) -> List[Dict[str, Any]]:
     return []
 
 
+def _nothing() -> None:
+    pass
+
+
 def is_generator_handler(handler: Callable[..., Any]) -> bool:
     """True for handlers that stream (sync or async generator functions)."""
     return inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
@@ -76,7 +81,8 @@ class JobRunner:
     """Runs jobs with one handler and posts their results."""
 
     def __init__(self, options: Options, client: PlatformClient, registry: Registry, watchdog: Watchdog,
-                 lifecycle: Lifecycle, on_refresh: Callable[[str], None]) -> None:
+                 lifecycle: Lifecycle, on_refresh: Callable[[str], None],
+                 poster: Optional[ResultPoster] = None) -> None:
         self.handler = options.handler
         self.streams = is_generator_handler(self.handler)
         self.aggregate = options.return_aggregate_stream
@@ -90,14 +96,24 @@ class JobRunner:
         self.watchdog = watchdog
         self.lifecycle = lifecycle
         self.on_refresh = on_refresh
+        #: Where final results are posted from; None: from the job's thread.
+        self.poster = poster
         #: Final results given up on (shutdown past its grace, or refused):
         #: each is logged as LOST with its job id; the worker exits 1 if any.
         self.lost_results = 0
         self._lost_lock = threading.Lock()
 
     # -- the job's life -----------------------------------------------------
-    def run(self, job: Any) -> None:
-        """Run ``job`` to its one final result. Never raises."""
+    def run(self, job: Any, on_exit: Callable[[], None] = _nothing) -> None:
+        """Run ``job`` to its one final result. Never raises.
+
+        ``on_exit()`` is called once, when the job is over here: its result
+        posted or given up on, or no result due (malformed, a duplicate,
+        stopped by the platform). With a poster, a result is posted, and
+        ``on_exit()`` called, on a poster thread after this returns.
+        """
+        running: Optional[RunningJob] = None
+        post: Optional[Callable[[], None]] = None
         try:
             job_id = self._job_id(job)
             if job_id is None:
@@ -109,29 +125,37 @@ class JobRunner:
                 # copy will report; a second result would be a duplicate.
                 log.warning("job is already running on this worker; this copy is dropped",
                             extra={"job_id": job_id})
+                running = None
                 return
             progress.bind(job_id, self)
             try:
-                self._run(job, running)
+                post = self._run(job, running, on_exit)
             except JobInterrupted:
                 raise
             except BaseException as exc:  # a bug of ours, or a value that broke the shaping
                 log.exception("internal error while running the job; reporting it as an error",
                               extra={"job_id": job_id})
-                if not running.reported:
-                    self._finish(job_id, results.plain_error(
-                        f"Worker internal error while handling the job: {type(exc).__name__}"), False, running)
+                post = self._final(job_id, results.plain_error(
+                    f"Worker internal error while handling the job: {type(exc).__name__}"), False, running, on_exit)
             finally:
                 running.finish()
                 if self.job_timeout:
                     self.watchdog.disarm(running)
                 progress.unbind(job_id)
-                self.registry.remove(running)
         except JobInterrupted:
             # A raise that landed outside user code; the job is over already.
             log.debug("interrupt arrived after the handler returned")
         except BaseException:  # the worker must outlive any job
             log.exception("internal error while running a job")
+        finally:
+            if post is None:  # no result is due: the job is over now
+                if running is not None:
+                    self.registry.remove(running)
+                on_exit()
+            elif self.poster is None:
+                post()
+            else:
+                self.poster.submit(post)
 
     def _job_id(self, job: Any) -> Optional[str]:
         if not isinstance(job, dict) or job.get("id") in (None, ""):
@@ -141,12 +165,14 @@ class JobRunner:
             job["id"] = str(job["id"])
         return job["id"]
 
-    def _run(self, job: Dict[str, Any], running: RunningJob) -> None:
+    def _run(self, job: Dict[str, Any], running: RunningJob,
+             on_exit: Callable[[], None]) -> Optional[Callable[[], None]]:
+        """Call the handler; the task that posts the job's final result, or None if none is due."""
         job_id = running.job_id
         if "input" not in job:
             log.error("job has no input; reporting an error", extra={"job_id": job_id})
-            self._finish(job_id, results.plain_error("Job has missing field(s): input."), False, running)
-            return
+            return self._final(job_id, results.plain_error("Job has missing field(s): input."), False, running,
+                               on_exit)
         if self.job_timeout:
             self.watchdog.arm(running, self.job_timeout)
         log.info("Started.", extra={"job_id": job_id})
@@ -169,7 +195,7 @@ class JobRunner:
             body = self._timed_out(job_id)
         if body is None:  # stopped: interrupted, or a generator at a yield
             log.info("Job stopped by the platform; no result is sent.", extra={"job_id": job_id})
-            return
+            return None
         if self.refresh_every_job:
             body["stopPod"] = True
         checkpoints = _handler_checkpoints(keep=self.debugger)
@@ -177,7 +203,7 @@ class JobRunner:
             report = self._debugger_output(started)
             report["timestamps"].extend(checkpoints)
             body["output"]["rp_debugger"] = report
-        self._finish(job_id, body, self.streams, running)
+        return self._final(job_id, body, self.streams, running, on_exit)
 
     def _timed_out(self, job_id: str) -> Dict[str, Any]:
         log.error("Job timed out after %ss.", self.job_timeout, extra={"job_id": job_id})
@@ -273,11 +299,9 @@ class JobRunner:
         except Rejected as exc:
             log.error("platform rejected a stream chunk: %s", exc, extra={"job_id": job_id})
 
-    def _finish(self, job_id: str, body: Dict[str, Any], is_stream: bool,
-                running: Optional[RunningJob] = None) -> None:
-        """Post the final result, exactly once."""
-        if running is not None:
-            running.reported = True
+    def _final(self, job_id: str, body: Dict[str, Any], is_stream: bool, running: RunningJob,
+               on_exit: Callable[[], None]) -> Callable[[], None]:
+        """The task that posts the final result once and then ends the job."""
         try:
             data = encode(body)
         except Exception as exc:  # TypeError, ValueError, or whatever a custom object raises
@@ -285,6 +309,19 @@ class JobRunner:
             body = results.plain_error(
                 f"Handler output is not JSON-serialisable: {type(exc).__name__}: {results.exception_text(exc)}")
             data = encode(body)
+        stop_pod = bool(body.get("stopPod"))
+
+        def post() -> None:
+            try:
+                self._post_final(job_id, data, is_stream, stop_pod)
+            except BaseException:  # the poster must outlive any job
+                log.exception("internal error while posting a result", extra={"job_id": job_id})
+            finally:
+                self.registry.remove(running)
+                on_exit()
+        return post
+
+    def _post_final(self, job_id: str, data: bytes, is_stream: bool, stop_pod: bool) -> None:
         try:
             sent = deliver(lambda timeout: self.client.post_done(job_id, data, is_stream, timeout), job_id,
                            "result", self.lifecycle)
@@ -307,7 +344,7 @@ class JobRunner:
         else:
             with self._lost_lock:
                 self.lost_results += 1
-        if body.get("stopPod"):
+        if stop_pod:
             self.on_refresh(job_id)
 
     def post_progress(self, job_id: str, value: Any) -> None:

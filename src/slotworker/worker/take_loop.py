@@ -257,16 +257,17 @@ class TakeLoop:
             self._start(pending.popleft())
 
     def _job_thread(self, job: Any, started: float) -> None:
-        try:
-            self.runner.run(job)
-        finally:
-            self.slots.release(1)
-            self.policy.observe_exit(started, time.monotonic())
-            with self.job_exited:
-                if self.pending:
-                    self._start_pending_locked()
-                if any(wanted() for wanted in self._wake_when):
-                    self.job_exited.notify_all()
+        self.runner.run(job, lambda: self._job_exited(started))
+
+    def _job_exited(self, started: float) -> None:
+        """A job is over (its result posted): give back its slot, start what waits."""
+        self.slots.release(1)
+        self.policy.observe_exit(started, time.monotonic())
+        with self.job_exited:
+            if self.pending:
+                self._start_pending_locked()
+            if any(wanted() for wanted in self._wake_when):
+                self.job_exited.notify_all()
 
     def in_progress_ids(self) -> List[str]:
         """Ids of the jobs this worker holds: running, and taken but not started.

@@ -23,6 +23,7 @@ from .interruption import Registry, Watchdog
 from .fitness import run_fitness_checks
 from .heartbeat import Heartbeat
 from .job_runner import JobRunner
+from .result_poster import ResultPoster
 from .lifecycle import Lifecycle
 from .take_loop import TakeLoop
 from ..config import Options
@@ -48,8 +49,9 @@ class Worker:
         self.watchdog = Watchdog()
         self.client = PlatformClient(self.settings)
         self.slots = slots_module.SlotCounter(0)
+        self.poster = ResultPoster()
         self.runner = JobRunner(options, self.client, self.registry, self.watchdog, self.lifecycle,
-                                on_refresh=self._refresh)
+                                on_refresh=self._refresh, poster=self.poster)
         self.take_loop = TakeLoop(options, self.client, self.runner, self.slots, self.lifecycle)
         self.heartbeat = Heartbeat(self.client, self.settings.ping_interval, self.take_loop.in_progress_ids)
         self.stop_channel = StopChannel(self.client, self.registry)
@@ -149,6 +151,7 @@ class Worker:
         self.heartbeat.stop()
         self.watchdog.close()
         self.take_loop.threads.shutdown(wait=not left)
+        self.poster.shutdown(wait=not left)
         self.client.close()
         if self.runner.lost_results:
             log.error("LOST: %d final result(s) could not be posted (see the LOST lines above for their ids)",

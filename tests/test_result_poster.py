@@ -1,0 +1,96 @@
+"""Result posters: a few reused threads, more only while results wait; none held up by a slow post."""
+
+from __future__ import annotations
+
+import threading
+from typing import List
+
+from slotworker.platform import Faults
+from slotworker.worker.result_poster import ResultPoster
+
+from support import WorkerThread, wait_for
+
+DEADLINE = 30.0
+
+
+def test_posts_one_after_another_reuse_one_thread() -> None:
+    poster = ResultPoster(name="test-post")
+    ran: List[str] = []
+    for i in range(20):
+        done = threading.Event()
+
+        def task(i: int = i, done: threading.Event = done) -> None:
+            ran.append(threading.current_thread().name)
+            done.set()
+        poster.submit(task)
+        assert done.wait(DEADLINE)
+        # Let the thread get back to the queue before the next submit, as
+        # a poster does between two results that do not overlap.
+        assert wait_for(lambda: poster._idle == 1, DEADLINE)
+    assert len(poster) == 1
+    assert set(ran) == {"test-post_0"}
+    poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_a_post_that_hangs_does_not_hold_up_the_next() -> None:
+    poster = ResultPoster()
+    release = threading.Event()
+    hung, later = threading.Event(), threading.Event()
+
+    def hang() -> None:
+        hung.set()
+        release.wait(DEADLINE)
+
+    poster.submit(hang)
+    assert hung.wait(DEADLINE)
+    poster.submit(later.set)  # the only thread is busy: another is started for it
+    assert later.wait(DEADLINE)
+    assert not release.is_set()
+    release.set()
+    poster.shutdown(wait=True, timeout=DEADLINE)
+    assert len(poster) == 2
+
+
+def test_tasks_queued_behind_a_taken_one_get_a_thread() -> None:
+    # The idle thread takes the first task; the second, submitted while the
+    # first is being taken, must not wait for it.
+    for _ in range(50):
+        poster = ResultPoster()
+        release = threading.Event()
+        second = threading.Event()
+        poster.submit(lambda: release.wait(DEADLINE))
+        poster.submit(second.set)
+        assert second.wait(DEADLINE)
+        release.set()
+        poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_shutdown_runs_what_was_queued_first() -> None:
+    poster = ResultPoster()
+    ran: List[int] = []
+    gate = threading.Event()
+    poster.submit(lambda: gate.wait(DEADLINE))
+    for i in range(5):
+        poster.submit(lambda i=i: ran.append(i))
+    gate.set()
+    poster.shutdown(wait=True, timeout=DEADLINE)
+    assert sorted(ran) == [0, 1, 2, 3, 4]
+    assert not any(t.is_alive() for t in poster._threads)
+
+
+def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records) -> None:
+    # The handler is done, the result is not in: the one slot is still the
+    # job's, so the second job is not taken until the post gets through.
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    first = platform.submit({"i": 1})
+    with WorkerThread(platform, lambda job: job["input"], concurrency=1):
+        assert records.wait_for("not delivered (attempt 2)", DEADLINE)
+        second = platform.submit({"i": 2})
+        assert records.wait_for("not delivered (attempt 3)", DEADLINE)
+        assert platform.status(second)["status"] == "IN_QUEUE"
+        assert platform.job(first).status == "IN_PROGRESS"
+        platform.faults = None
+        assert platform.wait_final([first, second], DEADLINE)
+    counts = platform.counts()
+    assert counts["completed"] == 2 and counts["duplicates"] == 0, counts
+    assert platform.job(second).taken_at >= platform.job(first).finished_at
