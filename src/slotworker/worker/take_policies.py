@@ -229,21 +229,27 @@ class PipelinePolicy(TakePolicy):
                 self.round_trip = _ewma(self.round_trip, seconds, self.TAKE_ALPHA)
 
     def how_many(self, snapshot: Snapshot) -> int:
-        with self._lock:
-            n, self._look_again = self._plan(snapshot, time.monotonic())
+        n, self._look_again = self._plan(snapshot, time.monotonic())
         return n
 
     def _plan(self, snapshot: Snapshot, now: float) -> "tuple[int, Optional[float]]":
         """(jobs to ask for now, or 0 and when to look again; None: when a slot frees)."""
-        rtt, est = self.round_trip, self.job_seconds
+        # The starts are copied (a C-speed copy) so that the decision, a loop
+        # in Python, runs outside the lock every job's exit takes.
+        with self._lock:
+            rtt, est, samples = self.round_trip, self.job_seconds, self._samples
+            starts = self._starts[:] if rtt is not None and samples >= self.MIN_SAMPLES else []
+        return self._decide(snapshot, now, rtt, est, samples, starts)
+
+    def _decide(self, snapshot: Snapshot, now: float, rtt: Optional[float], est: Optional[float],
+                samples: int, starts: List[float]) -> "tuple[int, Optional[float]]":
         if rtt is None:
             return snapshot.free, None
-        if est is None or self._samples < self.MIN_SAMPLES:
+        if est is None or samples < self.MIN_SAMPLES:
             # Learning: guess that what runs now ends by the time the next
             # answer lands. Right for jobs shorter than a round trip; for
             # longer ones the extra batch waits here, never more than one.
             return max(0, snapshot.free + snapshot.in_use - snapshot.pending), None
-        starts = self._starts
         landing = now + rtt
         # Expected ends in [now - slack, landing] free by the time a take sent now lands.
         first = bisect.bisect_left(starts, now - self.SLACK * est - est)
