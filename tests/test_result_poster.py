@@ -6,7 +6,7 @@ import threading
 from typing import List
 
 from slotworker.platform import Faults
-from slotworker.worker.result_poster import ResultPoster
+from slotworker.worker.result_poster import BASE_THREADS, ResultPoster
 
 from support import WorkerThread, wait_for
 
@@ -65,6 +65,23 @@ def test_tasks_queued_behind_a_taken_one_get_a_thread() -> None:
         poster.shutdown(wait=True, timeout=DEADLINE)
 
 
+def test_posts_waiting_on_a_slow_platform_get_more_threads() -> None:
+    # Each post waits 50 ms on the platform, the CPU idles: past the base
+    # threads, one is added per look while results keep waiting.
+    poster = ResultPoster()
+    done = threading.Semaphore(0)
+
+    def slow_post() -> None:
+        threading.Event().wait(0.05)
+        done.release()
+    for _ in range(200):
+        poster.submit(slow_post)
+    for _ in range(200):
+        assert done.acquire(timeout=DEADLINE)
+    assert len(poster) > BASE_THREADS
+    poster.shutdown(wait=True, timeout=DEADLINE)
+
+
 def test_shutdown_runs_what_was_queued_first() -> None:
     poster = ResultPoster()
     ran: List[int] = []
@@ -94,3 +111,31 @@ def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records)
     counts = platform.counts()
     assert counts["completed"] == 2 and counts["duplicates"] == 0, counts
     assert platform.job(second).taken_at >= platform.job(first).finished_at
+
+
+def test_a_result_that_cannot_be_sent_is_lost_loudly(make_platform, records) -> None:
+    # http.client refuses a header with a line break: the job id goes into
+    # X-Request-ID, so this result can never be posted. It must be counted
+    # and logged as lost (exit 1), not retried forever or dropped quietly.
+    platform = make_platform()
+    bad = platform.submit({"i": 1}, job_id="bad\nid")
+    good = platform.submit({"i": 2})
+    worker = WorkerThread(platform, lambda job: job["input"], concurrency=2).start()
+    assert platform.wait_final([good], DEADLINE)
+    assert records.wait_for("LOST", DEADLINE)
+    assert worker.stop(DEADLINE) == 1
+    assert worker.worker.runner.lost_results == 1
+    assert any("LOST" in line and "not sendable" in line for line in records.lines), records.text()
+    assert platform.job(bad).status == "IN_PROGRESS"
+
+
+def test_a_poster_that_cannot_start_posts_from_the_submitting_thread(monkeypatch, records) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    poster = ResultPoster()
+    ran: List[str] = []
+    poster.submit(lambda: ran.append(threading.current_thread().name))
+    assert ran == [threading.current_thread().name]
+    assert len(poster) == 0
+    assert "could not start a result poster thread" in records.text()

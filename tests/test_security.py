@@ -198,3 +198,23 @@ def test_the_local_platform_refuses_malformed_json_with_400(platform, records, p
     assert "Traceback" not in answer.decode("utf-8", "replace")
     assert "internal error" not in records.text()
     assert _request(platform, "GET", "/health")[0] == 200
+
+
+def test_result_posts_check_certificates_as_requests_does() -> None:
+    # Result posts use the urllib3 pool under the requests adapter directly:
+    # its HTTPS pool must verify against requests' CA bundle (certifi), as
+    # session.post() would, not against whatever the system store holds.
+    import requests.adapters
+
+    settings = Settings.from_env({
+        "RUNPOD_WEBHOOK_GET_JOB": "https://platform.invalid/v2/ep/job-take/$ID",
+        "RUNPOD_WEBHOOK_POST_OUTPUT": "https://platform.invalid/v2/ep/job-done/w1/$ID",
+        "RUNPOD_POD_ID": "w1", "RUNPOD_AI_API_KEY": KEY,
+    })
+    client = PlatformClient(settings)
+    try:
+        pool = client._pool_for("https://platform.invalid/v2/ep/job-done/w1/j1")
+        assert pool.cert_reqs == "CERT_REQUIRED"
+        assert pool.ca_certs == requests.adapters.DEFAULT_CA_BUNDLE_PATH
+    finally:
+        client.close()

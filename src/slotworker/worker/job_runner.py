@@ -302,20 +302,23 @@ class JobRunner:
     def _final(self, job_id: str, body: Dict[str, Any], is_stream: bool, running: RunningJob,
                on_exit: Callable[[], None]) -> Callable[[], None]:
         """The task that posts the final result once and then ends the job."""
+        stop_pod = self.refresh_every_job or bool(body.get("stopPod"))
         try:
             data = encode(body)
         except Exception as exc:  # TypeError, ValueError, or whatever a custom object raises
             log.error("handler output is not JSON-serialisable: %s", results.exception_text(exc), extra={"job_id": job_id})
             body = results.plain_error(
                 f"Handler output is not JSON-serialisable: {type(exc).__name__}: {results.exception_text(exc)}")
+            if stop_pod:
+                body["stopPod"] = True
             data = encode(body)
-        stop_pod = bool(body.get("stopPod"))
 
         def post() -> None:
             try:
                 self._post_final(job_id, data, is_stream, stop_pod)
-            except BaseException:  # the poster must outlive any job
-                log.exception("internal error while posting a result", extra={"job_id": job_id})
+            except BaseException:  # a bug of ours: the poster must outlive any job
+                log.exception("LOST: internal error while posting the result", extra={"job_id": job_id})
+                self._count_lost()
             finally:
                 self.registry.remove(running)
                 on_exit()
@@ -342,10 +345,13 @@ class JobRunner:
         if sent:
             log.info("Finished.", extra={"job_id": job_id})
         else:
-            with self._lost_lock:
-                self.lost_results += 1
+            self._count_lost()
         if stop_pod:
             self.on_refresh(job_id)
+
+    def _count_lost(self) -> None:
+        with self._lost_lock:
+            self.lost_results += 1
 
     def post_progress(self, job_id: str, value: Any) -> None:
         """Send a progress update for a running job (one try; progress is best effort)."""

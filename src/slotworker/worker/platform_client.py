@@ -10,6 +10,7 @@ platform gave us.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import platform as _platform
@@ -59,6 +60,14 @@ class Rejected(PlatformError):
     def __init__(self, status: int, text: str) -> None:
         super().__init__(f"platform answered {status}: {text[:200]}")
         self.status = status
+
+
+class Unsendable(Rejected):
+    """The request cannot be sent at all (a header http.client refuses): no retry fixes it."""
+
+    def __init__(self, reason: str) -> None:
+        PlatformError.__init__(self, f"request not sendable: {reason}")
+        self.status = 0
 
 
 def user_agent() -> str:
@@ -161,19 +170,41 @@ class PlatformClient:
             pool = self._post_pools.get(origin) or self._pool_for(url)
             response = pool.urlopen("POST", url[len(origin):] or "/", body=body, headers=headers,
                                     retries=False, redirect=False, assert_same_host=False,
-                                    preload_content=True, decode_content=True,
+                                    preload_content=False, decode_content=True,
                                     timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise PlatformError(f"{type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # a header http.client refuses: a job id with a line break
+            raise Unsendable(str(exc)) from exc
         status = response.status
+        if status < 300:
+            # The status line says the platform has it: a body cut short after
+            # it must not make us post the result a second time.
+            try:
+                response.read()
+            except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException):
+                pass
+            finally:
+                response.release_conn()
+            return
+        try:
+            text = response.data.decode("utf-8", "replace")
+        except (urllib3.exceptions.HTTPError, OSError):
+            text = ""
+        finally:
+            response.release_conn()
         if status >= 500 or status in (408, 425, 429):  # worth another try
             raise PlatformError(f"platform answered {status}")
-        if status >= 300:
-            raise Rejected(status, response.data.decode("utf-8", "replace"))
+        raise Rejected(status, text)
 
     def _pool_for(self, url: str) -> Any:
-        """The adapter's connection pool for ``url``'s scheme, host and port (cached)."""
+        """The adapter's connection pool for ``url``'s scheme, host and port (cached).
+
+        Certificates are checked as requests checks them (its CA bundle,
+        certifi's), not against the system's store.
+        """
         pool = self._post_adapter.poolmanager.connection_from_url(url)
+        self._post_adapter.cert_verify(pool, url, self._post.verify, self._post.cert)
         self._post_pools[_origin(url)] = pool
         return pool
 
@@ -262,5 +293,5 @@ def deliver(send: Callable[[Timeout], None], job_id: str, what: str, lifecycle: 
             lifecycle.pause(delay)
 
 
-__all__ = ["PlatformClient", "PlatformError", "Throttled", "BadResponse", "Rejected",
+__all__ = ["PlatformClient", "PlatformError", "Throttled", "BadResponse", "Rejected", "Unsendable",
            "encode", "deliver", "user_agent", "THROTTLE_BACKOFF"]
