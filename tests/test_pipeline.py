@@ -33,6 +33,18 @@ def test_a_batch_about_to_end_is_worth_a_short_wait() -> None:
     assert n == 0 and look_again is not None and now < look_again < now + 0.05
 
 
+def test_back_from_its_wait_it_takes_rather_than_wait_again() -> None:
+    now = 100.0
+    # Back at the time it chose (jobs ran late: the batch it waited for is
+    # again a few ms past the landing), it takes what will be free rather
+    # than wait once more: waiting for each next few ends re-planned every
+    # few ms as a large wave's ends spread out.
+    policy = learned(0.5, 1.0, [now - 0.51, now - 0.49, now - 0.49, now - 0.49])
+    assert policy._plan(Snapshot(free=0, in_use=4, pending=0), now)[0] == 0
+    n, look_again = policy._plan(Snapshot(free=0, in_use=4, pending=0), now, waited=True)
+    assert (n, look_again) == (1, None)
+
+
 def test_slots_freeing_steadily_are_taken_at_once() -> None:
     now = 100.0
     # 16 slots, one job ending every 1/16 s from now on: waiting never gathers

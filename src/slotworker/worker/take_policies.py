@@ -229,20 +229,25 @@ class PipelinePolicy(TakePolicy):
                 self.round_trip = _ewma(self.round_trip, seconds, self.TAKE_ALPHA)
 
     def how_many(self, snapshot: Snapshot) -> int:
-        n, self._look_again = self._plan(snapshot, time.monotonic())
+        now = time.monotonic()
+        # Back from a wait this policy chose: take what is free now rather
+        # than wait again for the next few ends (as a large wave's ends spread
+        # out, each short wait looked worth it, and it re-planned every few ms).
+        waited = self._look_again is not None and now >= self._look_again
+        n, self._look_again = self._plan(snapshot, now, waited)
         return n
 
-    def _plan(self, snapshot: Snapshot, now: float) -> "tuple[int, Optional[float]]":
+    def _plan(self, snapshot: Snapshot, now: float, waited: bool = False) -> "tuple[int, Optional[float]]":
         """(jobs to ask for now, or 0 and when to look again; None: when a slot frees)."""
         # The starts are copied (a C-speed copy) so that the decision, a loop
         # in Python, runs outside the lock every job's exit takes.
         with self._lock:
             rtt, est, samples = self.round_trip, self.job_seconds, self._samples
             starts = self._starts[:] if rtt is not None and samples >= self.MIN_SAMPLES else []
-        return self._decide(snapshot, now, rtt, est, samples, starts)
+        return self._decide(snapshot, now, rtt, est, samples, starts, waited)
 
     def _decide(self, snapshot: Snapshot, now: float, rtt: Optional[float], est: Optional[float],
-                samples: int, starts: List[float]) -> "tuple[int, Optional[float]]":
+                samples: int, starts: List[float], waited: bool) -> "tuple[int, Optional[float]]":
         if rtt is None:
             return snapshot.free, None
         if est is None or samples < self.MIN_SAMPLES:
@@ -257,6 +262,8 @@ class PipelinePolicy(TakePolicy):
         n0 = snapshot.free - snapshot.pending + max(0, by_landing - first)
         # Ends in (landing, landing + rtt]: what waiting d would add.
         within = bisect.bisect_right(starts, landing + rtt - est)
+        if waited and n0 > 0:
+            return n0, None
         base = max(n0, 0)
         best_gain, best_wait = 0.0, None
         for i in range(by_landing, within):
