@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 from slotworker.platform import Platform
-from slotworker.config import Options, Settings
+from slotworker.config import DEFAULT_TAKE_POLICY, Options, Settings
 from slotworker.worker.worker import Worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,7 @@ class WorkerThread:
         config["handler"] = handler
         # SLOTWORKER_TEST_POLICY runs the suite under another take policy, e.g.
         # "fixed", to show which tests a fixed 1 s sleep would fail.
-        config.setdefault("take_policy", os.environ.get("SLOTWORKER_TEST_POLICY", "drain"))
+        config.setdefault("take_policy", os.environ.get("SLOTWORKER_TEST_POLICY", DEFAULT_TAKE_POLICY))
         if concurrency is not None and "concurrency_modifier" not in config:
             config["concurrency_modifier"] = lambda current: concurrency
         environment = dict(platform.worker_env(worker_id), **(env or {}))

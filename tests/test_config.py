@@ -29,7 +29,7 @@ def test_defaults_are_runpods_plus_ours() -> None:
     assert options.handler is handler
     assert options.concurrency_modifier is None
     assert options.return_aggregate_stream is False and options.refresh_worker is False
-    assert options.take_policy == "drain"
+    assert options.take_policy == "pipeline"
     assert options.job_timeout is None
     assert options.shutdown_grace == DEFAULT_SHUTDOWN_GRACE
 

@@ -73,8 +73,21 @@ def test_until_it_has_learned_it_keeps_one_batch_ahead_at_most() -> None:
     policy = PipelinePolicy()
     assert policy.how_many(Snapshot(free=4, in_use=0, pending=0)) == 4  # no round trip: drain
     policy.observe_take(4, 4, 0.5)
+    # No job seen end yet: nothing taken ahead (they may be long).
+    assert policy.how_many(Snapshot(free=0, in_use=4, pending=0)) == 0
+    assert policy.how_many(Snapshot(free=1, in_use=3, pending=0)) == 1
+    policy.observe_exit(10.0, 10.1)  # jobs shorter than a round trip: one batch ahead
     assert policy.how_many(Snapshot(free=0, in_use=4, pending=0)) == 4
     assert policy.how_many(Snapshot(free=0, in_use=4, pending=4)) == 0
+
+
+def test_while_learning_long_jobs_are_not_taken_ahead() -> None:
+    policy = PipelinePolicy()
+    policy.observe_take(4, 4, 0.5)
+    policy.observe_exit(10.0, 70.0)  # a job of a minute
+    assert policy.how_many(Snapshot(free=0, in_use=4, pending=0)) == 0
+    assert policy.how_many(Snapshot(free=2, in_use=2, pending=0)) == 2
+    assert policy.how_many(Snapshot(free=2, in_use=2, pending=1)) == 1
 
 
 def test_a_learned_worker_takes_full_batches_while_its_slots_are_still_busy(make_platform) -> None:
@@ -112,7 +125,10 @@ def test_every_job_taken_reports_once_with_uneven_job_lengths(platform) -> None:
     assert [platform.status(j)["output"] for j in ids] == [{"i": i} for i in range(200)]
 
 
-def test_shutdown_runs_and_reports_the_jobs_taken_ahead(platform) -> None:
+def test_shutdown_runs_and_reports_the_jobs_taken_ahead(make_platform) -> None:
+    # A take costs more than the warm-up jobs run: the policy learns short
+    # jobs and, still learning, takes one batch ahead of its slots.
+    platform = make_platform(take_cost=0.3)
     gate = Gate()
     warm = [platform.submit({"warm": i}) for i in range(2)]
     wt = WorkerThread(platform, gate.enter, concurrency=2, take_policy="pipeline").start()
@@ -121,7 +137,7 @@ def test_shutdown_runs_and_reports_the_jobs_taken_ahead(platform) -> None:
         gate.open(*warm)
         assert platform.wait_final(warm, DEADLINE)
         ids = [platform.submit({"i": i}) for i in range(6)]
-        # Learned a round trip, not yet run times: one batch is taken ahead of its slots.
+        # Learned a round trip and short jobs, not yet enough run times: one batch ahead.
         assert platform.wait_until(lambda p: sum(p.job(j).first_taken_at is not None for j in ids) >= 4,
                                    DEADLINE)
         wt.worker.shutdown("test: jobs taken ahead")

@@ -1,10 +1,14 @@
 """The fetch loop: when a worker takes, how much, and how it waits when full.
 
-Run with SLOTWORKER_TEST_POLICY=fixed to see the tests a fixed 1 s sleep fails.
+Tests of how a full worker waits for a whole batch name ``drain``, the policy
+that does that; the rest run under the default policy (``pipeline``; its own
+timing is tested in test_pipeline.py). Run with SLOTWORKER_TEST_POLICY=fixed
+to see the tests a fixed 1 s sleep fails.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -14,6 +18,9 @@ from slotworker.worker.take_policies import FULL_WAIT_SECONDS
 from support import Gate, WorkerThread, wait_for
 
 DEADLINE = 20.0
+#: The policy that waits, when full, for the whole batch (or the full-wait bound);
+#: SLOTWORKER_TEST_POLICY puts another in its place, to compare.
+DRAIN = os.environ.get("SLOTWORKER_TEST_POLICY", "drain")
 
 
 def job_takes(platform):
@@ -29,7 +36,7 @@ def finished_at(platform, job_id):
 def test_full_worker_takes_full_batch_as_soon_as_it_drains(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
-    with WorkerThread(platform, gate.enter, concurrency=4):
+    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN):
         assert gate.wait_started(4)
         first = list(gate.started)
         gate.open(*first)
@@ -46,7 +53,7 @@ def test_full_worker_takes_full_batch_as_soon_as_it_drains(platform):
 def test_full_worker_does_not_take_while_partly_drained(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
-    with WorkerThread(platform, gate.enter, concurrency=4):
+    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN):
         assert gate.wait_started(4)
         full_at = time.monotonic()
         gate.open(*gate.started[:2])
@@ -60,7 +67,7 @@ def test_full_worker_does_not_take_while_partly_drained(platform):
 def test_straggler_cannot_hold_freed_slots_past_full_wait(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
-    with WorkerThread(platform, gate.enter, concurrency=4):
+    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN):
         assert gate.wait_started(4)
         full_at = time.monotonic()
         stragglers = gate.started[2:4]

@@ -34,7 +34,8 @@ PROTOCOL_VERSION = "1.12.0"
 
 #: Seconds running jobs get to finish and report after shutdown starts.
 DEFAULT_SHUTDOWN_GRACE = 30.0
-DEFAULT_TAKE_POLICY = "drain"
+#: How the worker takes jobs when no ``take_policy`` is given (take_policies.py).
+DEFAULT_TAKE_POLICY = "pipeline"
 
 DEFAULT_PING_INTERVAL_MS = 10000
 #: A smaller (or zero, or negative) RUNPOD_PING_INTERVAL would ping in a

@@ -51,7 +51,7 @@ def start(config: Dict[str, Any]) -> NoReturn:
     ``config`` takes runpod's keys: ``handler`` (required; a function, a
     generator function, or their async forms), ``concurrency_modifier``,
     ``return_aggregate_stream``, ``refresh_worker``; and slotworker's own:
-    ``take_policy`` (``"drain"``), ``job_timeout`` (seconds, off by default),
+    ``take_policy`` (``"pipeline"``), ``job_timeout`` (seconds, off by default),
     ``shutdown_grace`` (seconds, default 30). Every option is checked before
     any thread starts: a bad one is logged and the process exits 1.
     """

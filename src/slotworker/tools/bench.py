@@ -330,8 +330,8 @@ def plot(samples: List[Dict[str, Any]], arms: List[str], path: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's options (defaults: the headline burst of docs/benchmarks.md)."""
     parser = argparse.ArgumentParser(prog="slotworker bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("arms", nargs="*", default=["fixed", "drain", "lookahead"],
-                        help="drain, fixed, lookahead, runpod-async, runpod-sync, or name='command line'")
+    parser.add_argument("arms", nargs="*", default=["fixed", "drain", "pipeline"],
+                        help="drain, fixed, lookahead, pipeline, runpod-async, runpod-sync, or name='command line'")
     parser.add_argument("--scenario", default="burst", choices=["burst", "sequential", "small-burst", "two-workers"])
     parser.add_argument("--take-cost", type=float, default=0.5)
     parser.add_argument("--slots", type=int, default=32)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from typing import List, Optional
 
+from ..config import DEFAULT_TAKE_POLICY
 from .bench import Run, in_progress_curve, resolve_arm
 
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slots", type=int, default=32, help="worker concurrency")
     parser.add_argument("--seconds", type=float, default=0.4, help="how long each job sleeps")
     parser.add_argument("--take-cost", type=float, default=0.5, help="seconds each take costs the platform")
-    parser.add_argument("--policy", default="drain", choices=["drain", "lookahead", "pipeline", "fixed"],
+    parser.add_argument("--policy", default=DEFAULT_TAKE_POLICY, choices=["drain", "lookahead", "pipeline", "fixed"],
                         help="take policy of the worker")
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
     return parser

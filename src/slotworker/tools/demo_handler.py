@@ -3,7 +3,7 @@
 Run as ``python -m slotworker.tools.demo_handler``; it reads its settings from the
 environment so that any worker command line can be an arm:
 ``SLOTWORKER_DEMO_SLOTS`` (concurrency, default 32),
-``SLOTWORKER_DEMO_POLICY`` (take policy, default drain),
+``SLOTWORKER_DEMO_POLICY`` (take policy, default: the worker's default),
 ``SLOTWORKER_DEMO_PREFETCH`` (jobs held beyond the free slots, default 0).
 A job's ``input.seconds`` is how long it sleeps (default 0.4).
 """
@@ -26,12 +26,13 @@ def handler(job: Dict[str, Any]) -> Dict[str, Any]:
 def main() -> None:
     """Start a worker with this handler (the environment says how)."""
     import slotworker
+    from slotworker.config import DEFAULT_TAKE_POLICY
 
     slots = int(os.environ.get("SLOTWORKER_DEMO_SLOTS", "32"))
     slotworker.start({
         "handler": handler,
         "concurrency_modifier": lambda current: slots,
-        "take_policy": os.environ.get("SLOTWORKER_DEMO_POLICY", "drain"),
+        "take_policy": os.environ.get("SLOTWORKER_DEMO_POLICY", DEFAULT_TAKE_POLICY),
         "prefetch": int(os.environ.get("SLOTWORKER_DEMO_PREFETCH", "0")),
     })
 

@@ -188,7 +188,8 @@ class PipelinePolicy(TakePolicy):
     ``Δ(d) · (rtt - d) > n0 · d``: a whole batch about to end is worth a short
     wait, while slots freeing at a steady rate are taken at once, back to
     back. Until it has seen a round trip it behaves as ``drain``; until it
-    has ``MIN_SAMPLES`` run times it keeps at most one batch taken ahead.
+    has ``MIN_SAMPLES`` run times it takes what is free, plus one batch
+    ahead while the jobs it has seen ran shorter than a round trip.
     """
 
     name = "pipeline"
@@ -251,10 +252,14 @@ class PipelinePolicy(TakePolicy):
         if rtt is None:
             return snapshot.free, None
         if est is None or samples < self.MIN_SAMPLES:
-            # Learning: guess that what runs now ends by the time the next
-            # answer lands. Right for jobs shorter than a round trip; for
-            # longer ones the extra batch waits here, never more than one.
-            return max(0, snapshot.free + snapshot.in_use - snapshot.pending), None
+            # Learning. Jobs seen so far shorter than a round trip: guess that
+            # what runs now ends by the time the next answer lands, and keep
+            # one batch taken ahead (if the guess is wrong it waits here,
+            # never more than one batch, once). No job seen yet, or longer
+            # ones: take only what is free, so a cold worker facing long jobs
+            # holds none back from other workers.
+            ahead = snapshot.in_use if est is not None and est < rtt else 0
+            return max(0, snapshot.free + ahead - snapshot.pending), None
         landing = now + rtt
         # Expected ends in [now - slack, landing] free by the time a take sent now lands.
         first = bisect.bisect_left(starts, now - self.SLACK * est - est)
