@@ -12,29 +12,20 @@ only while there are fewer threads than slots in use.
 
 from __future__ import annotations
 
-import queue
-import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable
+
+from .queue_threads import QueueThreads
 
 
-class JobThreads:
+class JobThreads(QueueThreads):
     """Runs ``target(*args)`` for each submitted job on a reused thread.
 
     ``target`` must not raise: a job's own code catches everything.
     """
 
     def __init__(self, target: Callable[..., None], name: str = "slotworker-job") -> None:
+        super().__init__(name)
         self._target = target
-        self._name = name
-        # Work items, or None: one per thread, to stop it.
-        self._queue: "queue.SimpleQueue[Optional[Tuple[Any, ...]]]" = queue.SimpleQueue()
-        self._lock = threading.Lock()  # guards _threads and _closed
-        self._threads: List[threading.Thread] = []
-        self._closed = False
-
-    def __len__(self) -> int:
-        """Threads started so far."""
-        return len(self._threads)
 
     def submit(self, *args: Any, busy: int) -> None:
         """Run ``target(*args)`` on a thread; ``busy`` is the slots in use, this job's included."""
@@ -42,8 +33,7 @@ class JobThreads:
         if len(self._threads) < busy:
             with self._lock:
                 if len(self._threads) < busy and not self._closed:
-                    thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}",
-                                              daemon=True)
+                    thread = self._new_thread(self._serve)
                     self._threads.append(thread)
                     thread.start()
 
@@ -54,15 +44,3 @@ class JobThreads:
             if item is None:
                 return
             target(*item)
-
-    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
-        """Let every thread finish its job and stop (idempotent); ``wait`` joins them."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                for _ in self._threads:
-                    self._queue.put(None)
-            threads = list(self._threads)
-        if wait:
-            for thread in threads:
-                thread.join(timeout)

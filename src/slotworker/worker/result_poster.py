@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable
+
+from .queue_threads import QueueThreads
 
 Task = Callable[[], None]
 
@@ -46,7 +47,7 @@ IDLE_CPU_SHARE = 0.5
 CPU_LOOK_SECONDS = 0.1
 
 
-class ResultPoster:
+class ResultPoster(QueueThreads):
     """Runs posting tasks on a pool of threads that grows while tasks wait.
 
     Each task must not raise: a job's own code catches everything.
@@ -54,21 +55,12 @@ class ResultPoster:
 
     def __init__(self, name: str = "slotworker-post", base_threads: int = BASE_THREADS,
                  max_threads: int = MAX_THREADS) -> None:
-        self._name = name
+        super().__init__(name)  # queue items: (when queued, task), or None to stop a thread
         self._base = base_threads
         self._max = max(max_threads, base_threads)
         # When the process's CPU time was last looked at, and what it was.
         self._look_at, self._look_cpu = time.monotonic(), time.process_time()
-        # (when queued, task), or None: one per thread, to stop it.
-        self._queue: "queue.SimpleQueue[Optional[Tuple[float, Task]]]" = queue.SimpleQueue()
-        self._lock = threading.Lock()  # guards _idle, _threads, _closed and the CPU look
-        self._idle = 0  # threads waiting for a task, or about to
-        self._threads: List[threading.Thread] = []
-        self._closed = False
-
-    def __len__(self) -> int:
-        """Threads started so far."""
-        return len(self._threads)
+        self._idle = 0  # threads waiting for a task, or about to (guarded by _lock, as is the CPU look)
 
     def submit(self, task: Task) -> None:
         """Run ``task()`` on a poster thread."""
@@ -80,7 +72,7 @@ class ResultPoster:
         with self._lock:
             if not (self._queue.qsize() > self._idle and not self._closed and self._may_grow_locked(waited)):
                 return
-            thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}", daemon=True)
+            thread = self._new_thread(self._serve)
             try:
                 thread.start()
             except RuntimeError as exc:  # the process may not start more threads
@@ -139,15 +131,3 @@ class ResultPoster:
             task()
             with lock:
                 self._idle += 1
-
-    def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
-        """Let every queued task run and stop the threads (idempotent); ``wait`` joins them."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                for _ in self._threads:
-                    self._queue.put(None)
-            threads = list(self._threads)
-        if wait:
-            for thread in threads:
-                thread.join(timeout)
