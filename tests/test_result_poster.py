@@ -95,6 +95,32 @@ def test_shutdown_runs_what_was_queued_first() -> None:
     assert not any(t.is_alive() for t in poster._threads)
 
 
+def test_results_waiting_to_retry_hold_up_no_other_result() -> None:
+    # As many results as there are base threads keep failing (each poster
+    # waits to retry): the next result is still posted, by another thread.
+    poster = ResultPoster()
+    retrying = threading.Semaphore(0)
+    gate = threading.Event()
+    posted = threading.Event()
+
+    def failing() -> None:
+        def wait() -> None:
+            retrying.release()
+            gate.wait()  # until the test ends (the finally below)
+        poster.step_aside(wait)
+    try:
+        for _ in range(BASE_THREADS):
+            poster.submit(failing)
+        for _ in range(BASE_THREADS):
+            assert retrying.acquire(timeout=DEADLINE)
+        poster.submit(posted.set)
+        assert posted.wait(DEADLINE)
+        assert not gate.is_set()
+    finally:
+        gate.set()
+        poster.shutdown(wait=True, timeout=DEADLINE)
+
+
 def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records) -> None:
     # The handler is done, the result is not in: the one slot is still the
     # job's, so the second job does not start until the post gets through

@@ -98,6 +98,9 @@ class JobRunner:
         self.on_refresh = on_refresh
         #: Where final results are posted from; None: from the job's thread.
         self.poster = poster
+        # How a final result waits between tries: on a poster thread, with
+        # that thread stepping aside so the results queued behind it move on.
+        self._retry_wait = poster.step_aside if poster is not None else None
         #: Final results given up on (shutdown past its grace, or refused):
         #: each is logged as LOST with its job id; the worker exits 1 if any.
         self.lost_results = 0
@@ -327,7 +330,7 @@ class JobRunner:
     def _post_final(self, job_id: str, data: bytes, is_stream: bool, stop_pod: bool) -> None:
         try:
             sent = deliver(lambda timeout: self.client.post_done(job_id, data, is_stream, timeout), job_id,
-                           "result", self.lifecycle)
+                           "result", self.lifecycle, self._retry_wait)
         except Rejected as exc:
             sent = False
             if exc.status == 413:
@@ -337,7 +340,7 @@ class JobRunner:
                     f"Job output too large for the platform: {len(data)} bytes (HTTP 413)."))
                 try:
                     sent = deliver(lambda timeout: self.client.post_done(job_id, small, is_stream, timeout),
-                                   job_id, "error result", self.lifecycle)
+                                   job_id, "error result", self.lifecycle, self._retry_wait)
                 except Rejected as again:
                     log.error("LOST: platform rejected the error result too: %s", again, extra={"job_id": job_id})
             else:

@@ -14,7 +14,7 @@ import http.client
 import json
 import logging
 import platform as _platform
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import requests
 import urllib3
@@ -262,14 +262,16 @@ def encode(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
-def deliver(send: Callable[[Timeout], None], job_id: str, what: str, lifecycle: Lifecycle) -> bool:
+def deliver(send: Callable[[Timeout], None], job_id: str, what: str, lifecycle: Lifecycle,
+            wait: Optional[Callable[[Callable[[], None]], None]] = None) -> bool:
     """Call ``send(timeout)`` until it succeeds, backing off between tries.
 
     The one retry loop of result posts (the session under it does not
     retry). Once shutdown starts, each try's timeout and each wait are cut
     to the grace left, and a failure past the grace period gives up.
     :class:`Rejected` (the platform refuses the body outright) is raised at
-    once. Returns whether it was delivered.
+    once. Returns whether it was delivered. ``wait``, if given, runs each
+    wait between tries (a poster thread steps aside for it).
     """
     backoff = Backoff(*RESULT_BACKOFF)
     attempt = 0
@@ -290,7 +292,10 @@ def deliver(send: Callable[[Timeout], None], job_id: str, what: str, lifecycle: 
             delay = backoff.next()
             log.warning("%s not delivered (attempt %d): %s; retrying in %.1fs",
                         what, attempt, exc, delay, extra={"job_id": job_id})
-            lifecycle.pause(delay)
+            if wait is None:
+                lifecycle.pause(delay)
+            else:
+                wait(lambda: lifecycle.pause(delay))
 
 
 __all__ = ["PlatformClient", "PlatformError", "Throttled", "BadResponse", "Rejected", "Unsendable",

@@ -11,8 +11,11 @@ already awake, instead of on hundreds of threads that each wake, take the
 GIL and contend for it a few times per request.
 
 How many: a poster is started whenever results wait and no poster is idle to
-take them, up to :data:`BASE_THREADS`, so one slow or retried post never holds
-up the results queued behind it. Beyond that, only when a result has waited
+take them, up to :data:`BASE_THREADS` posters at work, so one slow post never
+holds up the results queued behind it. A poster whose result failed and
+waits to retry steps aside (:meth:`ResultPoster.step_aside`): it no longer
+counts among those at work, so a result the platform keeps refusing (a 500
+for that one body, say) holds up no other, however many there are. Beyond that, only when a result has waited
 longer than :data:`GROW_AFTER_WAIT` while the process is not busy on the CPU
 (under :data:`IDLE_CPU_SHARE` of one core since it last looked, a thread per look):
 results then wait on the platform's latency, which more threads hide (a
@@ -61,12 +64,29 @@ class ResultPoster(QueueThreads):
         # When the process's CPU time was last looked at, and what it was.
         self._look_at, self._look_cpu = time.monotonic(), time.process_time()
         self._idle = 0  # threads waiting for a task, or about to (guarded by _lock, as is the CPU look)
+        self._aside = 0  # threads waiting to retry a task (guarded by _lock)
 
     def submit(self, task: Task) -> None:
         """Run ``task()`` on a poster thread."""
         self._queue.put((time.monotonic(), task))
-        if self._queue.qsize() > self._idle and len(self._threads) < self._base:
+        if self._queue.qsize() > self._idle and len(self._threads) - self._aside < self._base:
             self._add_thread_if_behind(waited=0.0)
+
+    def step_aside(self, wait: Callable[[], None]) -> None:
+        """Run ``wait()`` (a task waiting to retry) with this thread not counted as at work.
+
+        Called on a poster thread, from its task. While it waits, queued
+        tasks get another thread as if this one were not there.
+        """
+        with self._lock:
+            self._aside += 1
+        try:
+            if self._queue.qsize() > self._idle:
+                self._add_thread_if_behind(waited=0.0)
+            wait()
+        finally:
+            with self._lock:
+                self._aside -= 1
 
     def _add_thread_if_behind(self, waited: float) -> None:
         with self._lock:
@@ -98,10 +118,11 @@ class ResultPoster(QueueThreads):
             item[1]()
 
     def _may_grow_locked(self, waited: float) -> bool:
-        count = len(self._threads)
-        if count < self._base:
+        if len(self._threads) >= self._max:
+            return False
+        if len(self._threads) - self._aside < self._base:  # those at work or idle, not waiting to retry
             return True
-        if count >= self._max or waited < GROW_AFTER_WAIT:
+        if waited < GROW_AFTER_WAIT:
             return False
         # One thread more per look at the CPU, and only if that look, over
         # the time since the last one, found the process mostly idle.
