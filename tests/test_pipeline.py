@@ -128,7 +128,7 @@ def test_every_job_taken_reports_once_with_uneven_job_lengths(platform) -> None:
 def test_shutdown_runs_and_reports_the_jobs_taken_ahead(make_platform) -> None:
     # A take costs more than the warm-up jobs run: the policy learns short
     # jobs and, still learning, takes one batch ahead of its slots.
-    platform = make_platform(take_cost=0.3)
+    platform = make_platform(take_cost=0.6)
     gate = Gate()
     warm = [platform.submit({"warm": i}) for i in range(2)]
     wt = WorkerThread(platform, gate.enter, concurrency=2, take_policy="pipeline").start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any, Dict, List
 
 from slotworker.platform import Faults
@@ -119,6 +120,52 @@ def test_results_waiting_to_retry_hold_up_no_other_result() -> None:
     finally:
         gate.set()
         poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_results_the_platform_keeps_refusing_do_not_hold_up_the_others(make_platform, records) -> None:
+    # More refused results than there are base poster threads, each retried
+    # through deliver(): a later job's result still gets through.
+    refused = [f"refused-{i}" for i in range(BASE_THREADS + 2)]
+    platform = make_platform(faults=Faults(refuse_results_of=frozenset(refused)))
+    for job_id in refused:
+        platform.submit({"i": job_id}, job_id=job_id)
+    with WorkerThread(platform, lambda job: job["input"], concurrency=len(refused) + 1):
+        def refused_twice(p) -> bool:  # every refused result is being retried
+            tries = Counter(e.job_ids[0] for e in p.events if e.kind == "done" and e.fault == "error")
+            return all(tries[job_id] >= 2 for job_id in refused)
+        assert platform.wait_until(refused_twice, DEADLINE)
+        healthy = platform.submit({"i": "healthy"})
+        assert platform.wait_final([healthy], DEADLINE)
+        assert all(platform.job(j).status == "IN_PROGRESS" for j in refused)
+        platform.faults = None
+        assert platform.wait_final(refused, DEADLINE)
+    counts = platform.counts()
+    assert counts["completed"] == len(refused) + 1 and counts["duplicates"] == 0, counts
+
+
+def test_a_task_run_off_the_poster_threads_just_waits_when_it_steps_aside() -> None:
+    poster = ResultPoster()
+    waited: List[bool] = []
+    poster.step_aside(lambda: waited.append(True))
+    assert waited == [True] and len(poster) == 0
+    poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_shutdown_while_a_poster_waits_to_retry_lets_it_finish() -> None:
+    poster = ResultPoster()
+    aside, gate, done = threading.Event(), threading.Event(), threading.Event()
+
+    def failing() -> None:
+        poster.step_aside(lambda: (aside.set(), gate.wait(DEADLINE)))
+        done.set()
+    poster.submit(failing)
+    assert aside.wait(DEADLINE)
+    stopper = threading.Thread(target=poster.shutdown, kwargs={"wait": True, "timeout": DEADLINE})
+    stopper.start()
+    gate.set()
+    stopper.join(DEADLINE)
+    assert not stopper.is_alive() and done.is_set()
+    assert not any(t.is_alive() for t in poster._threads)
 
 
 def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records) -> None:

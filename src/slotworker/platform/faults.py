@@ -47,12 +47,15 @@ class Faults:
     slow_seconds: float = 0.0
     drop_after_assign_rate: float = 0.0
     routes: FrozenSet[str] = field(default_factory=lambda: WORKER_KINDS)
+    #: Jobs whose final results are always answered 500 (a body this platform keeps refusing).
+    refuse_results_of: FrozenSet[str] = frozenset()
     seed: Optional[int] = None
     _rng: random.Random = field(init=False, repr=False, compare=False)
     _lock: threading.Lock = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.routes = frozenset(self.routes)
+        self.refuse_results_of = frozenset(self.refuse_results_of)
         unknown = self.routes - WORKER_KINDS
         if unknown:
             raise ValueError(f"unknown fault routes: {sorted(unknown)}")

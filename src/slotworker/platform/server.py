@@ -333,6 +333,8 @@ class PlatformHandler(BaseHTTPRequestHandler):
             ev.job_ids = [j for j in query.get("job_id", "").split(",") if j]
 
         fault, delay = platform.faults.draw(ev.kind) if platform.faults is not None else (None, 0.0)
+        if ev.kind == "done" and platform.faults is not None and job_id in platform.faults.refuse_results_of:
+            fault = F.ERROR
         if delay > 0:
             ev.fault = F.SLOW
             platform.pause(delay)

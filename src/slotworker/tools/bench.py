@@ -77,7 +77,7 @@ def has_runpod(python: str) -> bool:
 
 
 def resolve_arm(spec: str, slots: int, runpod_python: str, scripts: str) -> Arm:
-    """``drain``/``fixed``/``lookahead``, ``runpod-async``/``runpod-sync``, or ``name=command``."""
+    """``pipeline``/``drain``/``fixed``/``lookahead``, ``runpod-async``/``runpod-sync``, or ``name=command``."""
     if "=" in spec:
         name, command = spec.split("=", 1)
         return Arm(name, shlex.split(command), {"SLOTWORKER_DEMO_SLOTS": str(slots)})

@@ -34,8 +34,8 @@ class JobThreads(QueueThreads):
             with self._lock:
                 if len(self._threads) < busy and not self._closed:
                     thread = self._new_thread(self._serve)
-                    self._threads.append(thread)
                     thread.start()
+                    self._threads.append(thread)
 
     def _serve(self) -> None:
         get, target = self._queue.get, self._target

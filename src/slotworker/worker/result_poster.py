@@ -13,9 +13,13 @@ GIL and contend for it a few times per request.
 How many: a poster is started whenever results wait and no poster is idle to
 take them, up to :data:`BASE_THREADS` posters at work, so one slow post never
 holds up the results queued behind it. A poster whose result failed and
-waits to retry steps aside (:meth:`ResultPoster.step_aside`): it no longer
-counts among those at work, so a result the platform keeps refusing (a 500
-for that one body, say) holds up no other, however many there are. Beyond that, only when a result has waited
+waits to retry steps aside (:meth:`ResultPoster.step_aside`): up to
+:data:`BASE_THREADS` of those no longer count among the threads at work, and
+each retry is a look at whether results wait (growing as below), so results
+the platform keeps refusing (a 500 for those bodies, say) do not hold up the
+others. A thread beyond :data:`BASE_THREADS` that has idled
+:data:`IDLE_EXIT_SECONDS` ends, so a burst of retries does not leave a large
+pool behind. Beyond that, only when a result has waited
 longer than :data:`GROW_AFTER_WAIT` while the process is not busy on the CPU
 (under :data:`IDLE_CPU_SHARE` of one core since it last looked, a thread per look):
 results then wait on the platform's latency, which more threads hide (a
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from typing import Callable
 
@@ -48,6 +53,8 @@ GROW_AFTER_WAIT = 0.02
 IDLE_CPU_SHARE = 0.5
 #: Beyond BASE_THREADS, at most one thread is added per this many seconds.
 CPU_LOOK_SECONDS = 0.1
+#: A thread beyond BASE_THREADS that waited this long for a task ends.
+IDLE_EXIT_SECONDS = 2.0
 
 
 class ResultPoster(QueueThreads):
@@ -69,20 +76,30 @@ class ResultPoster(QueueThreads):
     def submit(self, task: Task) -> None:
         """Run ``task()`` on a poster thread."""
         self._queue.put((time.monotonic(), task))
-        if self._queue.qsize() > self._idle and len(self._threads) - self._aside < self._base:
+        if self._queue.qsize() > self._idle and self._at_work_or_idle() < self._base:
             self._add_thread_if_behind(waited=0.0)
+
+    def _at_work_or_idle(self) -> int:
+        """Threads, less those waiting to retry (at most BASE_THREADS of them)."""
+        return len(self._threads) - min(self._aside, self._base)
 
     def step_aside(self, wait: Callable[[], None]) -> None:
         """Run ``wait()`` (a task waiting to retry) with this thread not counted as at work.
 
-        Called on a poster thread, from its task. While it waits, queued
-        tasks get another thread as if this one were not there.
+        Called from a task. On a poster thread, while it waits, queued tasks
+        may get another thread as if this one were not there (up to
+        :data:`BASE_THREADS` such threads; beyond, as results waiting
+        :data:`GROW_AFTER_WAIT` do). Elsewhere (a task run by the thread
+        that submitted it, when no poster could start) it just waits.
         """
+        if threading.current_thread() not in self._threads:
+            wait()
+            return
         with self._lock:
             self._aside += 1
         try:
             if self._queue.qsize() > self._idle:
-                self._add_thread_if_behind(waited=0.0)
+                self._add_thread_if_behind(waited=GROW_AFTER_WAIT)
             wait()
         finally:
             with self._lock:
@@ -120,7 +137,7 @@ class ResultPoster(QueueThreads):
     def _may_grow_locked(self, waited: float) -> bool:
         if len(self._threads) >= self._max:
             return False
-        if len(self._threads) - self._aside < self._base:  # those at work or idle, not waiting to retry
+        if self._at_work_or_idle() < self._base:
             return True
         if waited < GROW_AFTER_WAIT:
             return False
@@ -139,7 +156,15 @@ class ResultPoster(QueueThreads):
     def _serve(self) -> None:
         get, lock = self._queue.get, self._lock
         while True:
-            item = get()
+            try:  # the base threads wait without a timeout (no wake-ups while idle)
+                item = get(timeout=IDLE_EXIT_SECONDS if len(self._threads) > self._base else None)
+            except queue.Empty:
+                with lock:
+                    if len(self._threads) > self._base and not self._closed:
+                        self._threads.remove(threading.current_thread())
+                        self._idle -= 1
+                        return
+                continue
             with lock:
                 self._idle -= 1
             if item is None:

@@ -15,7 +15,10 @@ through the narrow :class:`LoopView` the loop gives it::
 ``observe_*`` may be called from any thread; the others only from the fetch
 thread. Selected by the config key ``take_policy``:
 
-- ``drain`` (default): take every free slot; when full, wait until no job is
+- ``pipeline`` (default): keep one take in flight, sent to land as the
+  running jobs end and sized to the slots free by then (see
+  :class:`PipelinePolicy`).
+- ``drain``: take every free slot; when full, wait until no job is
   in progress, at most :data:`FULL_WAIT_SECONDS`, so a drained worker takes a
   full batch at once and one straggler cannot hold the freed slots idle for
   longer than that.
@@ -25,7 +28,8 @@ thread. Selected by the config key ``take_policy``:
   as they free. It estimates the take's round trip and a job's run time
   (EWMAs of what it has seen) and asks for the slots expected to be free
   when the answer arrives; jobs that arrive before their slot wait in the
-  loop's pending queue, in order, and start as slots free.
+  loop's pending queue, in order, and start as slots free. ``pipeline``'s
+  predecessor.
 """
 
 from __future__ import annotations
