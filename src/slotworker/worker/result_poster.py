@@ -12,14 +12,7 @@ GIL and contend for it a few times per request.
 
 How many: a poster is started whenever results wait and no poster is idle to
 take them, up to :data:`BASE_THREADS` posters at work, so one slow post never
-holds up the results queued behind it. A poster whose result failed and
-waits to retry steps aside (:meth:`ResultPoster.step_aside`): up to
-:data:`BASE_THREADS` of those no longer count among the threads at work, and
-each retry is a look at whether results wait (growing as below), so results
-the platform keeps refusing (a 500 for those bodies, say) do not hold up the
-others. A thread beyond :data:`BASE_THREADS` that has idled
-:data:`IDLE_EXIT_SECONDS` ends, so a burst of retries does not leave a large
-pool behind. Beyond that, only when a result has waited
+holds up the results queued behind it. Beyond that, only when a result has waited
 longer than :data:`GROW_AFTER_WAIT` while the process is not busy on the CPU
 (under :data:`IDLE_CPU_SHARE` of one core since it last looked, a thread per look):
 results then wait on the platform's latency, which more threads hide (a
@@ -27,6 +20,14 @@ platform answering in 50 ms needs 25 of them for 500 results a second), not
 on the GIL, which more threads would only contend for (on the local platform
 at 1,024 slots, 2 posters cost 0.59 ms of CPU per job and an unbounded pool
 0.97 ms, at the same throughput).
+
+A poster whose result failed and waits to retry steps aside
+(:meth:`ResultPoster.step_aside`): up to :data:`BASE_THREADS` of those no
+longer count among the threads at work, and each retry is a look at whether
+results wait (growing as above), so results the platform keeps refusing (a
+500 for those bodies, say) do not hold up the others. A thread beyond
+:data:`BASE_THREADS` that has idled :data:`IDLE_EXIT_SECONDS` ends, so a
+burst of retries does not leave a large pool behind.
 """
 
 from __future__ import annotations
