@@ -158,8 +158,7 @@ class Worker:
         """
         stopping = self.lifecycle.stopping
         if not (self._handles_signals and threading.current_thread() is threading.main_thread()):
-            while not stopping.wait(SIGNAL_POLL):
-                pass
+            self._wait_in_steps()
             return
         reader, writer = socket.socketpair()
         reader.setblocking(False)
@@ -169,8 +168,7 @@ class Worker:
         except (TypeError, ValueError, OSError):  # an interpreter without it: look in short steps
             reader.close()
             writer.close()
-            while not stopping.wait(SIGNAL_POLL):
-                pass
+            self._wait_in_steps()
             return
         self._wake_main = writer
         try:
@@ -184,6 +182,11 @@ class Worker:
             self._wake_main = None
             reader.close()
             writer.close()
+
+    def _wait_in_steps(self) -> None:
+        """Wait for shutdown, looking every SIGNAL_POLL seconds (no wake-up descriptor)."""
+        while not self.lifecycle.stopping.wait(SIGNAL_POLL):
+            pass
 
     def _fetch(self) -> None:
         try:
