@@ -52,11 +52,39 @@ def test_a_post_that_hangs_does_not_hold_up_the_next() -> None:
     assert len(poster) == 2
 
 
+def test_a_result_queued_behind_posts_that_all_hang_gets_a_thread(records) -> None:
+    # Every base poster is stuck on a post (the platform holds them) and the
+    # CPU plays no part: the stall watch adds a thread for the result behind.
+    poster = ResultPoster()
+    release = threading.Event()
+    hung = threading.Semaphore(0)
+    later = threading.Event()
+
+    def hang() -> None:
+        hung.release()
+        release.wait(DEADLINE)
+    try:
+        for _ in range(BASE_THREADS):
+            poster.submit(hang)
+        for _ in range(BASE_THREADS):
+            assert hung.acquire(timeout=DEADLINE)
+        poster.submit(later.set)
+        assert later.wait(DEADLINE)
+        assert not release.is_set()
+        assert len(poster) == BASE_THREADS + 1
+        assert records.wait_for("a post is stalled", DEADLINE)
+    finally:
+        release.set()
+        poster.shutdown(wait=True, timeout=DEADLINE)
+    assert poster._watcher is not None and not poster._watcher.is_alive()
+
+
 def test_tasks_queued_behind_a_taken_one_get_a_thread() -> None:
-    # The idle thread takes the first task; the second, submitted while the
-    # first is being taken, must not wait for it.
+    # Two base threads: the idle one takes the first task; the second task,
+    # submitted while the first is being taken, must not wait for it (nor
+    # for the stall watch).
     for _ in range(50):
-        poster = ResultPoster()
+        poster = ResultPoster(base_threads=2)
         release = threading.Event()
         second = threading.Event()
         poster.submit(lambda: release.wait(DEADLINE))
