@@ -1,9 +1,10 @@
-"""The benchmark tools' arithmetic: the floor a cell is measured against, and the matrix table."""
+"""The benchmark tools: the floor a cell is measured against, the matrix table, and a burst run end to end."""
 
 from __future__ import annotations
 
 import pytest
 
+from slotworker.tools.bench import build_parser, run
 from slotworker.tools.matrix import floor_seconds, table
 
 
@@ -27,3 +28,15 @@ def test_the_matrix_table_has_a_row_per_cell_and_a_column_per_arm() -> None:
     assert "a-long-arm-name" in rows[1] and "drain" in rows[1]
     assert rows[2].split() == ["32", "0.4", "4.00", "2.000", "1.100", "1.00", "1.00", "0", "0"]
     assert rows[3].split()[:5] == ["128", "0.4", "4.00", "1.500", "1.000"]
+
+
+def test_a_burst_against_a_platform_that_answers_results_late(tmp_path) -> None:
+    # --post-latency: every result post is answered that much later; a real
+    # worker process, a real platform, and nothing lost on the way.
+    args = build_parser().parse_args(["pipeline", "--burst", "8", "--slots", "4", "--seconds", "0",
+                                      "--take-cost", "0.01", "--reps", "1", "--post-latency", "0.2",
+                                      "--out", str(tmp_path)])
+    samples, _ = run(args)
+    (sample,) = samples
+    assert sample["all_done"] and sample["lost"] == 0 and sample["duplicates"] == 0, sample
+    assert len(sample["latencies"]) == 8 and min(sample["latencies"]) >= 0.2

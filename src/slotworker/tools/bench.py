@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..platform import Platform
+from ..platform import Faults, Platform
 
 BUILTIN = ("drain", "fixed", "lookahead", "pipeline")
 RUNPOD_ARMS = ("runpod-async", "runpod-sync")
@@ -184,7 +184,10 @@ class Run:
         scenario = args.scenario
         count = 32 if scenario == "small-burst" else args.burst
         workers = ["w-a", "w-b"] if scenario == "two-workers" else ["w-a"]
-        with Platform(take_cost=args.take_cost, long_poll=1.0) as platform:
+        faults = None
+        if args.post_latency > 0:  # every result post answered that much later
+            faults = Faults(slow_rate=1.0, slow_seconds=args.post_latency, routes=frozenset({"done"}))
+        with Platform(take_cost=args.take_cost, long_poll=1.0, faults=faults) as platform:
             procs = [self._spawn(platform, w) for w in workers]
             ids: List[str] = []
             cpu0: List[Optional[float]] = []
@@ -334,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="drain, fixed, lookahead, pipeline, runpod-async, runpod-sync, or name='command line'")
     parser.add_argument("--scenario", default="burst", choices=["burst", "sequential", "small-burst", "two-workers"])
     parser.add_argument("--take-cost", type=float, default=0.5)
+    parser.add_argument("--post-latency", type=float, default=0.0,
+                        help="seconds the platform takes to answer each result post (default 0: at once)")
     parser.add_argument("--slots", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=0.4, help="handler seconds per job")
     parser.add_argument("--burst", type=int, default=512, help="jobs in a burst")

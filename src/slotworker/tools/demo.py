@@ -36,7 +36,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run the demo; exit code 0 when every job completed exactly once."""
     args = build_parser().parse_args(argv)
     run_args = argparse.Namespace(scenario="burst", burst=args.jobs, slots=args.slots, seconds=args.seconds,
-                                  take_cost=args.take_cost, timeout=args.timeout, reps=1, sequential=0)
+                                  take_cost=args.take_cost, timeout=args.timeout, reps=1, sequential=0,
+                                  post_latency=0.0)
     logs = tempfile.mkdtemp(prefix="slotworker-demo-")
     print(f"local platform (take cost {args.take_cost}s), one worker: {args.slots} slots, policy {args.policy}; "
           f"submitting {args.jobs} jobs of {args.seconds}s at once ...")
