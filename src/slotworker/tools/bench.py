@@ -88,8 +88,8 @@ def resolve_arm(spec: str, slots: int, runpod_python: str, scripts: str) -> Arm:
         path = os.path.join(scripts, spec.replace("-", "_") + ".py")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(_RUNPOD_SCRIPT.format(handler=_RUNPOD_ASYNC if spec == "runpod-async" else _RUNPOD_SYNC))
-        return Arm(spec, [runpod_python, path], {"SLOTWORKER_DEMO_SLOTS": str(slots),
-                                                 "RUNPOD_DEBUG_LEVEL": "ERROR"})
+        # Logs at WARN, as every arm does (RUNPOD_LOG_LEVEL, set for all, is what both read first).
+        return Arm(spec, [runpod_python, path], {"SLOTWORKER_DEMO_SLOTS": str(slots)})
     raise SystemExit(f"unknown arm {spec!r}: use {', '.join(BUILTIN + RUNPOD_ARMS)} or name=command")
 
 

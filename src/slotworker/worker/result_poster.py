@@ -19,9 +19,12 @@ switches a job, one poster 2 (a job thread's own, about 6, are unchanged).
 More are added by a watch thread, which runs only while results wait and
 no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
 
-- if no poster has taken a result for :data:`STALL_SECONDS`, every poster is
-  stuck on a post (a platform that holds a request, say): one more,
-  whatever the CPU, so a held post does not hold up the results behind it;
+- if no poster has taken a result for :data:`STALL_SECONDS` since results
+  began to wait (every poster is held on a post: a platform that holds a
+  request, say), or posts are slow (on average :data:`GROW_AFTER_WAIT` or
+  more: the platform's latency) and the last result taken had waited
+  :data:`STALL_SECONDS`: one more, whatever the CPU, so a held or slow post
+  does not hold up the results behind it;
 - if results are waiting (no take, or the last one taken had waited, for
   :data:`GROW_AFTER_WAIT`) while the process used under
   :data:`IDLE_CPU_SHARE` of one core since the last look, results wait on
@@ -31,11 +34,14 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
   (on the local platform at 1,024 slots, 2 posters cost 0.59 ms of CPU per
   job and an unbounded pool 0.97 ms, at the same throughput): none.
 
-So at most one thread is added per look, and only while results wait. A
+Where posts have been taking that long (a moving average) and the last
+look found the CPU idle, a result that finds no poster free gets one at
+once: it would wait as long. Threads are added only while results wait. A
 poster whose result failed and waits to retry steps aside
-(:meth:`ResultPoster.step_aside`): one such no longer counts as at work, so
-the next result gets a thread at once, and the rest is the watch's (a
-result the platform keeps refusing holds up no other). A thread beyond
+(:meth:`ResultPoster.step_aside`): up to :data:`BASE_THREADS` such no
+longer count as at work, so the next result gets a thread at once, and the
+rest is the watch's (a result the platform keeps refusing holds up no
+other). A thread beyond
 :data:`BASE_THREADS` that has idled :data:`IDLE_EXIT_SECONDS` ends, so
 neither a burst of retries nor a stall leaves a large pool behind.
 """
@@ -85,13 +91,16 @@ class ResultPoster(QueueThreads):
         now = time.monotonic()
         self._last_take = now  # when a poster last took a task ...
         self._last_waited = 0.0  # ... and how long that task had waited
+        self._post_seconds: Optional[float] = None  # how long a task takes (a moving average)
         # The watch: whether it looks (results wait), since when, when it last
         # looked and the process's CPU time then, whether it has added a
         # thread for a stall since results began to wait, and its thread.
         self._watching = False
         self._watch_from = self._look_at = now
         self._look_cpu = 0.0
+        self._share = 1.0  # CPU (cores) the last look found since the one before (busy until looked at)
         self._stalled = False
+        self._watch_failed = False  # a watch thread could not start (said once)
         self._watcher: Optional[threading.Thread] = None
         self._wake_watch = threading.Condition(self._lock)
 
@@ -105,8 +114,9 @@ class ResultPoster(QueueThreads):
         """Run ``wait()`` (a task waiting to retry) with this thread not counted as at work.
 
         Called from a task. On a poster thread, while it waits, queued tasks
-        may get another thread as if this one were not there (one such
-        thread; beyond, as the watch finds results waiting). Elsewhere (a
+        may get another thread as if this one were not there (up to
+        :data:`BASE_THREADS` such threads; beyond, as the watch finds results
+        waiting). Elsewhere (a
         task run by the thread that submitted it, when no poster could
         start) it just waits.
         """
@@ -124,7 +134,8 @@ class ResultPoster(QueueThreads):
                 self._aside -= 1
 
     def _behind(self) -> None:
-        """Tasks wait and no thread is idle: a thread now if under the base, else the watch looks."""
+        """Tasks wait and no thread is idle: a thread now if under the base (or for slow posts while
+        the CPU idles), else the watch looks."""
         reason = None
         with self._lock:
             if self._closed or self._queue.qsize() <= self._idle:
@@ -134,7 +145,12 @@ class ResultPoster(QueueThreads):
                 if reason is None:
                     return
                 alone = not self._threads
-            elif not self._watching:
+            elif (self._post_seconds or 0.0) >= GROW_AFTER_WAIT and self._share < IDLE_CPU_SHARE \
+                    and len(self._threads) < self._max and self._start_thread_locked() is None:
+                # Posts take that long (the platform's latency) and the CPU
+                # idled at the last look: this result would wait as long.
+                return
+            if not self._watching:  # (also after a failed start: the watch retries)
                 self._start_watch_locked()
         if reason is not None:
             log.warning("could not start a result poster thread (%s)%s", reason,
@@ -145,11 +161,14 @@ class ResultPoster(QueueThreads):
     def _start_thread_locked(self) -> Optional[str]:
         """Start a poster thread (hold ``_lock``); why it could not, or None."""
         thread = self._new_thread(self._serve)
+        # Listed first, so that it counts itself (beyond the base, it may
+        # end when idle); nobody sees the list before the lock is let go.
+        self._threads.append(thread)
         try:
             thread.start()
         except RuntimeError as exc:  # the process may not start more threads
+            self._threads.remove(thread)
             return str(exc)
-        self._threads.append(thread)
         self._idle += 1  # counted as idle until it has taken a task
         return None
 
@@ -175,12 +194,23 @@ class ResultPoster(QueueThreads):
         watcher = threading.Thread(target=self._watch, name=f"{self._name}-watch", daemon=True)
         try:
             watcher.start()
-        except RuntimeError:  # no thread to spare: the base posters carry on alone
+        except RuntimeError as exc:  # no thread to spare: the posters carry on as they are
             self._watching = False
+            if not self._watch_failed:
+                self._watch_failed = True
+                log.warning("could not start the result posters' watch thread (%s); "
+                            "no poster is added while results wait", exc)
             return
         self._watcher = watcher
 
     def _watch(self) -> None:
+        try:
+            self._watch_until_closed()
+        finally:  # closed, or a bug of ours: the next wait starts a new watch
+            with self._lock:
+                self._watcher, self._watching = None, False
+
+    def _watch_until_closed(self) -> None:
         while True:
             with self._lock:
                 added = self._next_addition_locked()
@@ -189,7 +219,7 @@ class ResultPoster(QueueThreads):
             stalled, waiting, first = added
             if stalled:  # once per spell of waiting results at INFO; the rest at DEBUG
                 log.log(logging.INFO if first else logging.DEBUG,
-                        "no result taken for posting in %.2fs while %d wait (posts held by the "
+                        "results waited %.2fs for a poster (%d wait; posts held or slow on the "
                         "platform, or waiting to retry): one more poster thread", stalled, waiting)
             else:
                 log.debug("%d result(s) wait on the platform's answers: one more poster thread", waiting)
@@ -197,8 +227,8 @@ class ResultPoster(QueueThreads):
     def _next_addition_locked(self) -> "Optional[tuple[float, int, bool]]":
         """Wait (holding ``_lock``) until the watch adds a thread; None once closed.
 
-        Returns how long no task had been taken if that was a stall (else 0),
-        how many tasks wait, and whether it is this spell's first stall.
+        Returns how long results had waited if that was a stall (else 0), how
+        many tasks wait, and whether it is this spell's first stall.
         """
         wake, waiting = self._wake_watch, self._queue.qsize
         while not self._closed:
@@ -216,15 +246,20 @@ class ResultPoster(QueueThreads):
             # No take since results began to wait counts; before, none was due.
             quiet = now - max(self._last_take, self._watch_from)
             cpu = time.process_time()
-            share = (cpu - self._look_cpu) / (now - self._look_at)
+            self._share = share = (cpu - self._look_cpu) / (now - self._look_at)
             self._look_at, self._look_cpu = now, cpu
-            stalled = quiet >= STALL_SECONDS
+            # Held posts (no take), or slow posts (the platform's latency) too
+            # few for what waits (the last one taken had waited that long): a
+            # stall, whatever the CPU. Fast posts that leave results waiting
+            # wait on the GIL, which more threads would not make faster.
+            slow_posts = (self._post_seconds or 0.0) >= GROW_AFTER_WAIT
+            stalled = quiet >= STALL_SECONDS or (slow_posts and self._last_waited >= STALL_SECONDS)
             behind = quiet >= GROW_AFTER_WAIT or self._last_waited >= GROW_AFTER_WAIT
             if len(self._threads) >= self._max or not (stalled or (behind and share < IDLE_CPU_SHARE)):
                 continue
             if self._start_thread_locked() is None:
                 first, self._stalled = stalled and not self._stalled, self._stalled or stalled
-                return (quiet if stalled else 0.0), waiting(), first
+                return (max(quiet, self._last_waited) if stalled else 0.0), waiting(), first
         return None
 
     def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
@@ -271,3 +306,6 @@ class ResultPoster(QueueThreads):
             item[1]()
             with lock:
                 self._idle += 1
+                took = time.monotonic() - now
+                average = self._post_seconds
+                self._post_seconds = took if average is None else average + 0.3 * (took - average)
