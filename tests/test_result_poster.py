@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any, Dict, List
 
@@ -61,9 +62,11 @@ def test_a_post_that_hangs_does_not_hold_up_the_next() -> None:
         poster.shutdown(wait=True, timeout=DEADLINE)
 
 
-def test_a_result_queued_behind_posts_that_all_hang_gets_a_thread(records) -> None:
-    # Every base poster is held on a post (the platform holds them) and the
-    # CPU plays no part: the watch adds a thread for the result behind.
+def test_a_result_queued_behind_posts_that_all_hang_gets_a_thread(monkeypatch) -> None:
+    # Every base poster is held on a post (the platform holds them); no CPU
+    # share counts as idle, so only the stall rule can add the thread the
+    # result behind them gets.
+    monkeypatch.setattr(result_poster, "IDLE_CPU_SHARE", 0.0)
     poster = ResultPoster(name="hang-test", base_threads=2)
     release = threading.Event()
     hung = threading.Semaphore(0)
@@ -127,9 +130,33 @@ def test_posts_held_get_a_thread_per_stall_logged_once(monkeypatch, records) -> 
     finally:
         release.set()
         poster.shutdown(wait=True, timeout=DEADLINE)
-    stalls = [line for line in records.lines if "for a poster (" in line]
+    stalls = [line for line in records.lines if "no result taken for posting" in line]
     assert [line.split()[0] for line in stalls] == ["INFO", "DEBUG"], stalls
     assert not any("wait on the platform's answers" in line for line in records.lines)
+
+
+def test_a_result_that_finds_no_poster_free_gets_one_at_once_when_posts_are_slow() -> None:
+    # Posts have taken 30 ms (the platform's latency) and a recent look
+    # found the CPU idle: a result behind a busy poster would wait as long,
+    # so its submit starts a thread there and then, without the watch.
+    poster = ResultPoster()
+    release, done = threading.Event(), threading.Event()
+    try:
+        for _ in range(3):
+            poster.submit(lambda: (threading.Event().wait(0.03), done.set()))
+            assert done.wait(DEADLINE)
+            done.clear()
+            assert wait_for(lambda: poster._idle == 1, DEADLINE)
+        assert poster._post_seconds is not None and poster._post_seconds >= result_poster.GROW_AFTER_WAIT
+        with poster._lock:  # as a look just now would have found it
+            poster._share, poster._look_at = 0.0, time.monotonic()
+        poster.submit(lambda: release.wait(DEADLINE))
+        assert wait_for(lambda: poster._idle == 0, DEADLINE)
+        poster.submit(release.wait)
+        assert len(poster) == 2  # started by submit() itself
+    finally:
+        release.set()
+        poster.shutdown(wait=True, timeout=DEADLINE)
 
 
 def test_posts_waiting_on_a_slow_platform_get_more_threads() -> None:

@@ -21,10 +21,8 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
 
 - if no poster has taken a result for :data:`STALL_SECONDS` since results
   began to wait (every poster is held on a post: a platform that holds a
-  request, say), or posts are slow (on average :data:`GROW_AFTER_WAIT` or
-  more: the platform's latency) and the last result taken had waited
-  :data:`STALL_SECONDS`: one more, whatever the CPU, so a held or slow post
-  does not hold up the results behind it;
+  request, say): one more, whatever the CPU, so a held post does not hold
+  up the results behind it;
 - if results are waiting (no take, or the last one taken had waited, for
   :data:`GROW_AFTER_WAIT`) while the process used under
   :data:`IDLE_CPU_SHARE` of one core since the last look, results wait on
@@ -34,9 +32,10 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
   (on the local platform at 1,024 slots, 2 posters cost 0.59 ms of CPU per
   job and an unbounded pool 0.97 ms, at the same throughput): none.
 
-Where posts have been taking that long (a moving average) and the last
-look found the CPU idle, a result that finds no poster free gets one at
-once: it would wait as long. Threads are added only while results wait. A
+Where posts have been taking that long (a moving average of a task's time,
+less its waits to retry) and a look in the last :data:`SHARE_FRESH_SECONDS`
+found the CPU idle, a result that finds no poster free gets one at once: it
+would wait as long. Threads are added only while results wait. A
 poster whose result failed and waits to retry steps aside
 (:meth:`ResultPoster.step_aside`): up to :data:`BASE_THREADS` such no
 longer count as at work, so the next result gets a thread at once, and the
@@ -70,6 +69,8 @@ GROW_AFTER_WAIT = 0.02
 IDLE_CPU_SHARE = 0.5
 #: No result taken for this long (seconds) while results wait: every poster is stuck; add one.
 STALL_SECONDS = 0.25
+#: A look at the CPU this recent (seconds) still counts for a result that finds no poster free.
+SHARE_FRESH_SECONDS = 1.0
 #: A thread beyond BASE_THREADS that waited this long for a task ends.
 IDLE_EXIT_SECONDS = 2.0
 
@@ -91,7 +92,8 @@ class ResultPoster(QueueThreads):
         now = time.monotonic()
         self._last_take = now  # when a poster last took a task ...
         self._last_waited = 0.0  # ... and how long that task had waited
-        self._post_seconds: Optional[float] = None  # how long a task takes (a moving average)
+        self._post_seconds: Optional[float] = None  # how long a task takes (a moving average) ...
+        self._local = threading.local()  # ... less the time it waited to retry (per thread: .aside)
         # The watch: whether it looks (results wait), since when, when it last
         # looked and the process's CPU time then, whether it has added a
         # thread for a stall since results began to wait, and its thread.
@@ -125,11 +127,13 @@ class ResultPoster(QueueThreads):
             return
         with self._lock:
             self._aside += 1
+        began = time.monotonic()
         try:
             if self._queue.qsize() > self._idle:
                 self._behind()
             wait()
         finally:
+            self._local.aside += time.monotonic() - began  # not the platform's answer time
             with self._lock:
                 self._aside -= 1
 
@@ -146,9 +150,10 @@ class ResultPoster(QueueThreads):
                     return
                 alone = not self._threads
             elif (self._post_seconds or 0.0) >= GROW_AFTER_WAIT and self._share < IDLE_CPU_SHARE \
+                    and time.monotonic() - self._look_at < SHARE_FRESH_SECONDS \
                     and len(self._threads) < self._max and self._start_thread_locked() is None:
                 # Posts take that long (the platform's latency) and the CPU
-                # idled at the last look: this result would wait as long.
+                # idled at a recent look: this result would wait as long.
                 return
             if not self._watching:  # (also after a failed start: the watch retries)
                 self._start_watch_locked()
@@ -219,7 +224,7 @@ class ResultPoster(QueueThreads):
             stalled, waiting, first = added
             if stalled:  # once per spell of waiting results at INFO; the rest at DEBUG
                 log.log(logging.INFO if first else logging.DEBUG,
-                        "results waited %.2fs for a poster (%d wait; posts held or slow on the "
+                        "no result taken for posting in %.2fs while %d wait (posts held by the "
                         "platform, or waiting to retry): one more poster thread", stalled, waiting)
             else:
                 log.debug("%d result(s) wait on the platform's answers: one more poster thread", waiting)
@@ -248,18 +253,16 @@ class ResultPoster(QueueThreads):
             cpu = time.process_time()
             self._share = share = (cpu - self._look_cpu) / (now - self._look_at)
             self._look_at, self._look_cpu = now, cpu
-            # Held posts (no take), or slow posts (the platform's latency) too
-            # few for what waits (the last one taken had waited that long): a
-            # stall, whatever the CPU. Fast posts that leave results waiting
-            # wait on the GIL, which more threads would not make faster.
-            slow_posts = (self._post_seconds or 0.0) >= GROW_AFTER_WAIT
-            stalled = quiet >= STALL_SECONDS or (slow_posts and self._last_waited >= STALL_SECONDS)
-            behind = quiet >= GROW_AFTER_WAIT or self._last_waited >= GROW_AFTER_WAIT
+            # Held posts: no take for a stall's length. One more, whatever the CPU.
+            stalled = quiet >= STALL_SECONDS
+            # (How long the last result taken had waited, if taken in this spell.)
+            waited = self._last_waited if self._last_take >= self._watch_from else 0.0
+            behind = quiet >= GROW_AFTER_WAIT or waited >= GROW_AFTER_WAIT
             if len(self._threads) >= self._max or not (stalled or (behind and share < IDLE_CPU_SHARE)):
                 continue
             if self._start_thread_locked() is None:
                 first, self._stalled = stalled and not self._stalled, self._stalled or stalled
-                return (max(quiet, self._last_waited) if stalled else 0.0), waiting(), first
+                return (quiet if stalled else 0.0), waiting(), first
         return None
 
     def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
@@ -295,6 +298,7 @@ class ResultPoster(QueueThreads):
                 with lock:
                     self._idle -= 1
                 return
+            self._local.aside = 0.0
             with lock:
                 self._idle -= 1
                 self._last_take = now = time.monotonic()
@@ -306,6 +310,6 @@ class ResultPoster(QueueThreads):
             item[1]()
             with lock:
                 self._idle += 1
-                took = time.monotonic() - now
+                took = time.monotonic() - now - self._local.aside
                 average = self._post_seconds
                 self._post_seconds = took if average is None else average + 0.3 * (took - average)
