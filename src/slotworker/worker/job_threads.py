@@ -33,9 +33,7 @@ class JobThreads(QueueThreads):
         if len(self._threads) < busy:
             with self._lock:
                 if len(self._threads) < busy and not self._closed:
-                    thread = self._new_thread(self._serve)
-                    thread.start()
-                    self._threads.append(thread)
+                    self._start_thread_locked(self._serve)
 
     def _serve(self) -> None:
         get, target = self._queue.get, self._target

@@ -27,9 +27,21 @@ class QueueThreads:
         """Threads started so far."""
         return len(self._threads)
 
-    def _new_thread(self, serve: Callable[[], None]) -> threading.Thread:
-        """A daemon thread named after this group; the caller starts it and lists it."""
-        return threading.Thread(target=serve, name=f"{self._name}_{len(self._threads)}", daemon=True)
+    def _start_thread_locked(self, serve: Callable[[], None]) -> None:
+        """Start a daemon thread named after this group, running ``serve`` (hold ``_lock``).
+
+        It is listed before it starts, so that it counts itself from its
+        first look at the list; a start that fails (RuntimeError: the process
+        may not start more threads) unlists it and raises. Nobody sees the
+        list meanwhile: it is read and changed under ``_lock``.
+        """
+        thread = threading.Thread(target=serve, name=f"{self._name}_{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        try:
+            thread.start()
+        except BaseException:
+            self._threads.remove(thread)
+            raise
 
     def shutdown(self, wait: bool = True, timeout: Optional[float] = None) -> None:
         """Let every thread finish what was queued and stop (idempotent); ``wait`` joins them."""

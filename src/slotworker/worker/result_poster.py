@@ -145,13 +145,13 @@ class ResultPoster(QueueThreads):
             if self._closed or self._queue.qsize() <= self._idle:
                 return
             if len(self._threads) - min(self._aside, self._base) < self._base:
-                reason = self._start_thread_locked()
+                reason = self._start_poster_locked()
                 if reason is None:
                     return
                 alone = not self._threads
             elif (self._post_seconds or 0.0) >= GROW_AFTER_WAIT and self._share < IDLE_CPU_SHARE \
                     and time.monotonic() - self._look_at < SHARE_FRESH_SECONDS \
-                    and len(self._threads) < self._max and self._start_thread_locked() is None:
+                    and len(self._threads) < self._max and self._start_poster_locked() is None:
                 # Posts take that long (the platform's latency) and the CPU
                 # idled at a recent look: this result would wait as long.
                 return
@@ -163,16 +163,11 @@ class ResultPoster(QueueThreads):
             if alone:  # nobody else would ever take what is queued
                 self._drain_here()
 
-    def _start_thread_locked(self) -> Optional[str]:
+    def _start_poster_locked(self) -> Optional[str]:
         """Start a poster thread (hold ``_lock``); why it could not, or None."""
-        thread = self._new_thread(self._serve)
-        # Listed first, so that it counts itself (beyond the base, it may
-        # end when idle); nobody sees the list before the lock is let go.
-        self._threads.append(thread)
-        try:
-            thread.start()
+        try:  # listed first: beyond the base, it counts itself for its idle exit
+            self._start_thread_locked(self._serve)
         except RuntimeError as exc:  # the process may not start more threads
-            self._threads.remove(thread)
             return str(exc)
         self._idle += 1  # counted as idle until it has taken a task
         return None
@@ -260,7 +255,7 @@ class ResultPoster(QueueThreads):
             behind = quiet >= GROW_AFTER_WAIT or waited >= GROW_AFTER_WAIT
             if len(self._threads) >= self._max or not (stalled or (behind and share < IDLE_CPU_SHARE)):
                 continue
-            if self._start_thread_locked() is None:
+            if self._start_poster_locked() is None:
                 first, self._stalled = stalled and not self._stalled, self._stalled or stalled
                 return (quiet if stalled else 0.0), waiting(), first
         return None
