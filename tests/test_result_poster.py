@@ -149,13 +149,30 @@ def test_a_result_that_finds_no_poster_free_gets_one_at_once_when_posts_are_slow
             assert wait_for(lambda: poster._idle == 1, DEADLINE)
         assert poster._post_seconds is not None and poster._post_seconds >= result_poster.GROW_AFTER_WAIT
         with poster._lock:  # as a look just now would have found it
-            poster._share, poster._look_at = 0.0, time.monotonic()
+            poster._share, poster._share_at = 0.0, time.monotonic()
         poster.submit(lambda: release.wait(DEADLINE))
         assert wait_for(lambda: poster._idle == 0, DEADLINE)
         poster.submit(release.wait)
         assert len(poster) == 2  # started by submit() itself
     finally:
         release.set()
+        poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_a_look_at_the_cpu_long_ago_does_not_count_once_a_watch_starts() -> None:
+    # Slow posts and an idle CPU, but the look that found it idle is old:
+    # starting a watch is not a look, so no thread is started at once.
+    poster = ResultPoster()
+    try:
+        with poster._lock:
+            poster._post_seconds = 0.05
+            poster._share, poster._share_at = 0.0, time.monotonic() - 10 * result_poster.SHARE_FRESH_SECONDS
+            assert not poster._slow_posts_on_idle_cpu_locked()
+            poster._start_watch_locked()
+            assert not poster._slow_posts_on_idle_cpu_locked()
+            poster._share_at = time.monotonic()
+            assert poster._slow_posts_on_idle_cpu_locked()
+    finally:
         poster.shutdown(wait=True, timeout=DEADLINE)
 
 

@@ -35,14 +35,15 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
 Where posts have been taking that long (a moving average of a task's time,
 less its waits to retry) and a look in the last :data:`SHARE_FRESH_SECONDS`
 found the CPU idle, a result that finds no poster free gets one at once: it
-would wait as long. Threads are added only while results wait. A
-poster whose result failed and waits to retry steps aside
+would wait as long. Threads are added only while results wait.
+
+A poster whose result failed and waits to retry steps aside
 (:meth:`ResultPoster.step_aside`): up to :data:`BASE_THREADS` such no
 longer count as at work, so the next result gets a thread at once, and the
 rest is the watch's (a result the platform keeps refusing holds up no
-other). A thread beyond
-:data:`BASE_THREADS` that has idled :data:`IDLE_EXIT_SECONDS` ends, so
-neither a burst of retries nor a stall leaves a large pool behind.
+other). A thread beyond :data:`BASE_THREADS` that has idled
+:data:`IDLE_EXIT_SECONDS` ends, so neither a burst of retries nor a stall
+leaves a large pool behind.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ class ResultPoster(QueueThreads):
         self._watching = False
         self._watch_from = self._look_at = now
         self._look_cpu = 0.0
-        self._share = 1.0  # CPU (cores) the last look found since the one before (busy until looked at)
+        # CPU (cores) the last look found since the one before, and when it
+        # looked (busy until it has; starting a watch is not a look).
+        self._share, self._share_at = 1.0, now
         self._stalled = False
         self._watch_failed = False  # a watch thread could not start (said once)
         self._watcher: Optional[threading.Thread] = None
@@ -118,9 +121,8 @@ class ResultPoster(QueueThreads):
         Called from a task. On a poster thread, while it waits, queued tasks
         may get another thread as if this one were not there (up to
         :data:`BASE_THREADS` such threads; beyond, as the watch finds results
-        waiting). Elsewhere (a
-        task run by the thread that submitted it, when no poster could
-        start) it just waits.
+        waiting). Elsewhere (a task run by the thread that submitted it,
+        when no poster could start) it just waits.
         """
         if threading.current_thread() not in self._threads:
             wait()
@@ -138,8 +140,11 @@ class ResultPoster(QueueThreads):
                 self._aside -= 1
 
     def _behind(self) -> None:
-        """Tasks wait and no thread is idle: a thread now if under the base (or for slow posts while
-        the CPU idles), else the watch looks."""
+        """Tasks wait and no thread is idle: a thread at once, or the watch looks.
+
+        At once: while under the base, or while posts are slow and a recent
+        look found the CPU idle.
+        """
         reason = None
         with self._lock:
             if self._closed or self._queue.qsize() <= self._idle:
@@ -149,11 +154,7 @@ class ResultPoster(QueueThreads):
                 if reason is None:
                     return
                 alone = not self._threads
-            elif (self._post_seconds or 0.0) >= GROW_AFTER_WAIT and self._share < IDLE_CPU_SHARE \
-                    and time.monotonic() - self._look_at < SHARE_FRESH_SECONDS \
-                    and len(self._threads) < self._max and self._start_poster_locked() is None:
-                # Posts take that long (the platform's latency) and the CPU
-                # idled at a recent look: this result would wait as long.
+            elif self._slow_posts_on_idle_cpu_locked() and self._start_poster_locked() is None:
                 return
             if not self._watching:  # (also after a failed start: the watch retries)
                 self._start_watch_locked()
@@ -162,6 +163,17 @@ class ResultPoster(QueueThreads):
                         "; posting from this thread" if alone else "; the others carry on")
             if alone:  # nobody else would ever take what is queued
                 self._drain_here()
+
+    def _slow_posts_on_idle_cpu_locked(self) -> bool:
+        """Whether a result that finds no poster free gets one at once.
+
+        Yes while posts take :data:`GROW_AFTER_WAIT` or more (the platform's
+        latency: the result would wait as long) and a look in the last
+        :data:`SHARE_FRESH_SECONDS` found the CPU idle.
+        """
+        return ((self._post_seconds or 0.0) >= GROW_AFTER_WAIT and self._share < IDLE_CPU_SHARE
+                and time.monotonic() - self._share_at < SHARE_FRESH_SECONDS
+                and len(self._threads) < self._max)
 
     def _start_poster_locked(self) -> Optional[str]:
         """Start a poster thread (hold ``_lock``); why it could not, or None."""
@@ -247,7 +259,8 @@ class ResultPoster(QueueThreads):
             quiet = now - max(self._last_take, self._watch_from)
             cpu = time.process_time()
             self._share = share = (cpu - self._look_cpu) / (now - self._look_at)
-            self._look_at, self._look_cpu = now, cpu
+            self._share_at = self._look_at = now
+            self._look_cpu = cpu
             # Held posts: no take for a stall's length. One more, whatever the CPU.
             stalled = quiet >= STALL_SECONDS
             # (How long the last result taken had waited, if taken in this spell.)
