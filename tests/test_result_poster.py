@@ -37,28 +37,44 @@ def test_posts_one_after_another_reuse_one_thread() -> None:
     poster.shutdown(wait=True, timeout=DEADLINE)
 
 
+class HeldPosts:
+    """Tasks that stand for posts the platform holds: each runs until :meth:`release`."""
+
+    def __init__(self) -> None:
+        self._started = threading.Semaphore(0)
+        self._released = threading.Event()
+        self.returned = threading.Event()  # a held task has returned
+        self.threads: List[str] = []  # the threads that ran one
+
+    def task(self) -> None:
+        self.threads.append(threading.current_thread().name)
+        self._started.release()
+        self._released.wait()
+        self.returned.set()
+
+    def wait_started(self, count: int) -> None:
+        for _ in range(count):
+            assert self._started.acquire(timeout=DEADLINE)
+
+    def release(self) -> None:
+        self._released.set()
+
+
 def test_a_post_that_hangs_does_not_hold_up_the_next() -> None:
     poster = ResultPoster()
-    release = threading.Event()
-    hung, later, returned = threading.Event(), threading.Event(), threading.Event()
-    ran_on: List[str] = []
-
-    def hang() -> None:
-        ran_on.append(threading.current_thread().name)
-        hung.set()
-        release.wait()
-        returned.set()
-
+    held = HeldPosts()
+    later = threading.Event()
+    later_on: List[str] = []
     try:
-        poster.submit(hang)
-        assert hung.wait(DEADLINE)
-        poster.submit(lambda: (ran_on.append(threading.current_thread().name), later.set()))
+        poster.submit(held.task)
+        held.wait_started(1)
+        poster.submit(lambda: (later_on.append(threading.current_thread().name), later.set()))
         # The only poster is held: the watch adds one for the result behind.
         assert later.wait(DEADLINE)
-        assert not returned.is_set()
-        assert len(set(ran_on)) == 2
+        assert not held.returned.is_set()
+        assert len(set(held.threads + later_on)) == 2
     finally:
-        release.set()
+        held.release()
         poster.shutdown(wait=True, timeout=DEADLINE)
 
 
@@ -68,27 +84,18 @@ def test_a_result_queued_behind_posts_that_all_hang_gets_a_thread(monkeypatch) -
     # result behind them gets.
     monkeypatch.setattr(result_poster, "IDLE_CPU_SHARE", 0.0)
     poster = ResultPoster(name="hang-test", base_threads=2)
-    release = threading.Event()
-    hung = threading.Semaphore(0)
-    later, returned = threading.Event(), threading.Event()
-    hung_on: List[str] = []
-
-    def hang() -> None:
-        hung_on.append(threading.current_thread().name)
-        hung.release()
-        release.wait()
-        returned.set()
+    held = HeldPosts()
+    later = threading.Event()
     try:
         for _ in range(2):
-            poster.submit(hang)
-        for _ in range(2):
-            assert hung.acquire(timeout=DEADLINE)
+            poster.submit(held.task)
+        held.wait_started(2)
         poster.submit(later.set)
         assert later.wait(DEADLINE)
-        assert not returned.is_set()
-        assert len(set(hung_on)) == 2
+        assert not held.returned.is_set()
+        assert len(set(held.threads)) == 2
     finally:
-        release.set()
+        held.release()
         poster.shutdown(wait=True, timeout=DEADLINE)
     assert not any(t.name == "hang-test-watch" for t in threading.enumerate())
 
@@ -116,19 +123,13 @@ def test_posts_held_get_a_thread_per_stall_logged_once(monkeypatch, records) -> 
     # not once per thread added.
     monkeypatch.setattr(result_poster, "IDLE_CPU_SHARE", 0.0)
     poster = ResultPoster()
-    release = threading.Event()
-    started = threading.Semaphore(0)
-
-    def hang() -> None:
-        started.release()
-        release.wait()
+    held = HeldPosts()
     try:
         for _ in range(3):
-            poster.submit(hang)
-        for _ in range(3):  # each held; the watch added a thread for each in turn
-            assert started.acquire(timeout=DEADLINE)
+            poster.submit(held.task)
+        held.wait_started(3)  # each held; the watch added a thread for each in turn
     finally:
-        release.set()
+        held.release()
         poster.shutdown(wait=True, timeout=DEADLINE)
     stalls = [line for line in records.lines if "no result taken for posting" in line]
     assert [line.split()[0] for line in stalls] == ["INFO", "DEBUG"], stalls
