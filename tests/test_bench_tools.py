@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slotworker.tools.bench import build_parser, run
+from slotworker.tools.bench import build_parser, resolve_arm, run
 from slotworker.tools.matrix import floor_seconds, table
 
 
@@ -15,6 +15,11 @@ from slotworker.tools.matrix import floor_seconds, table
 ])
 def test_the_floor_is_one_take_in_flight(job: float, take: float, waves: int, floor: float) -> None:
     assert floor_seconds(job, take, waves) == pytest.approx(floor)
+
+
+def test_a_late_answer_to_result_posts_holds_each_slot_that_much_longer() -> None:
+    assert floor_seconds(0.4, 0.5, 16, post=0.05) == pytest.approx(8.45)  # still take-bound, the last wave later
+    assert floor_seconds(1.0, 0.5, 8, post=0.25) == pytest.approx(0.5 + 8 * 1.25)
 
 
 def test_the_matrix_table_has_a_row_per_cell_and_a_column_per_arm() -> None:
@@ -40,3 +45,9 @@ def test_a_burst_against_a_platform_that_answers_results_late(tmp_path) -> None:
     (sample,) = samples
     assert sample["all_done"] and sample["lost"] == 0 and sample["duplicates"] == 0, sample
     assert len(sample["latencies"]) == 8 and min(sample["latencies"]) >= 0.2
+
+
+@pytest.mark.parametrize("spec", ["cur=", "=python -m x", "cur='unclosed"])
+def test_an_arm_without_a_name_or_a_command_is_a_clear_error(spec: str, tmp_path) -> None:
+    with pytest.raises(SystemExit, match="arm"):
+        resolve_arm(spec, 32, "python", str(tmp_path))

@@ -80,7 +80,13 @@ def resolve_arm(spec: str, slots: int, runpod_python: str, scripts: str) -> Arm:
     """``pipeline``/``drain``/``fixed``/``lookahead``, ``runpod-async``/``runpod-sync``, or ``name=command``."""
     if "=" in spec:
         name, command = spec.split("=", 1)
-        return Arm(name, shlex.split(command), {"SLOTWORKER_DEMO_SLOTS": str(slots)})
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:  # an unclosed quote
+            raise SystemExit(f"arm {spec!r}: cannot split its command line: {exc}") from exc
+        if not name or not argv:
+            raise SystemExit(f"arm {spec!r}: write it name=command, with a name and a command")
+        return Arm(name, argv, {"SLOTWORKER_DEMO_SLOTS": str(slots)})
     if spec in BUILTIN:
         return Arm(spec, [sys.executable, "-m", "slotworker.tools.demo_handler"],
                    {"SLOTWORKER_DEMO_POLICY": spec, "SLOTWORKER_DEMO_SLOTS": str(slots)})

@@ -4,7 +4,8 @@ Each cell is a burst of ``waves`` × slots jobs of one length against a warm
 worker per arm (take cost 0.5 s by default), the arms alternating within the
 cell. For each cell and arm it reports time to 99 % done against the floor of
 one take in flight (``take + (waves - 1) × max(job, take) + job``: the first
-take, then one wave per job length or take, whichever is longer), and the
+take, then one wave per job length or take, whichever is longer; a job
+counts its result post's latency, if ``--post-latency`` is set), and the
 worker's CPU per job. With matplotlib (the ``[bench]`` extra) it draws a heat
 map of t99 / floor per arm.
 """
@@ -25,9 +26,15 @@ from .bench import RUNPOD_ARMS, Run, build_parser, has_runpod, resolve_arm
 Cell = Tuple[float, int]  # (job seconds, slots)
 
 
-def floor_seconds(job: float, take: float, waves: int) -> float:
-    """Time to finish ``waves`` full waves with one take in flight at a time."""
-    return take + (waves - 1) * max(job, take) + job
+def floor_seconds(job: float, take: float, waves: int, post: float = 0.0) -> float:
+    """Time to finish ``waves`` full waves with one take in flight at a time.
+
+    ``post``: how long the platform takes to answer a result post (``bench
+    --post-latency``). A slot is busy until its result is in, so a job
+    holds it that much longer.
+    """
+    held = job + post
+    return take + (waves - 1) * max(held, take) + held
 
 
 def _numbers(text: str, kind: type) -> List[Any]:
@@ -61,13 +68,13 @@ def run_matrix(args: argparse.Namespace) -> Tuple[List[Dict[str, Any]], str]:
         for job in _numbers(args.lengths, float):
             cell = argparse.Namespace(**vars(args))
             cell.scenario, cell.slots, cell.seconds, cell.burst = "burst", slots, job, args.waves * slots
-            cell.timeout = max(args.timeout, 10 * floor_seconds(job, args.take_cost, args.waves))
+            floor = floor_seconds(job, args.take_cost, args.waves, args.post_latency)
+            cell.timeout = max(args.timeout, 10 * floor)
             for rep in range(args.reps):
                 for spec in specs:
                     arm = resolve_arm(spec, slots, args.runpod_python, scripts)
                     sample = Run(arm, rep, cell, log_dir).execute()
-                    sample.update(cell_job=job, cell_slots=slots,
-                                  floor=floor_seconds(job, args.take_cost, args.waves))
+                    sample.update(cell_job=job, cell_slots=slots, floor=floor)
                     sample.pop("intervals", None)  # large, and not needed here
                     samples.append(sample)
     sys.stderr.write("\n")
