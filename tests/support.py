@@ -18,6 +18,9 @@ from slotworker.config import DEFAULT_TAKE_POLICY, Options, Settings
 from slotworker.worker.worker import Worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: A self-signed certificate for 127.0.0.1 (valid until 2126) and its key, made for the tests only.
+TLS_CERT = os.path.join(ROOT, "tests", "data", "tls_cert.pem")
+TLS_KEY = os.path.join(ROOT, "tests", "data", "tls_key.pem")
 
 
 class WorkerThread:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List
@@ -15,7 +16,7 @@ from slotworker.worker.platform_client import PlatformClient, PlatformError, Rej
 from slotworker.platform import Faults, Platform
 from slotworker.config import Settings
 
-from support import WorkerThread
+from support import TLS_CERT, TLS_KEY, WorkerThread
 
 DEADLINE = 20.0
 KEY = "sk-test-SECRET-4f9c1e"
@@ -103,12 +104,16 @@ def _redirector(target: str) -> type:
 def servers() -> Iterator[Any]:
     started: List[ThreadingHTTPServer] = []
 
-    def serve(handler: type) -> str:
+    def serve(handler: type, tls: bool = False) -> str:
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
+        if tls:  # the self-signed certificate for 127.0.0.1 in tests/data
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(TLS_CERT, TLS_KEY)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         started.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
 
     try:
         yield serve
@@ -200,21 +205,22 @@ def test_the_local_platform_refuses_malformed_json_with_400(platform, records, p
     assert _request(platform, "GET", "/health")[0] == 200
 
 
-def test_result_posts_check_certificates_as_requests_does() -> None:
-    # Result posts use the urllib3 pool under the requests adapter directly:
-    # its HTTPS pool must verify against requests' CA bundle (certifi), as
-    # session.post() would, not against whatever the system store holds.
-    import requests.adapters
-
+def test_result_posts_to_a_server_whose_certificate_is_not_trusted_carry_no_key(servers, monkeypatch):
+    # Result posts check certificates against requests' CA bundle (certifi's)
+    # only: a certificate the system's store trusts (SSL_CERT_FILE, read by
+    # OpenSSL) but the bundle does not is refused before any header is sent.
+    _Recorder.seen = []
+    monkeypatch.setenv("SSL_CERT_FILE", TLS_CERT)
+    base = servers(_Recorder, tls=True) + "/v2/ep"
     settings = Settings.from_env({
-        "RUNPOD_WEBHOOK_GET_JOB": "https://platform.invalid/v2/ep/job-take/$ID",
-        "RUNPOD_WEBHOOK_POST_OUTPUT": "https://platform.invalid/v2/ep/job-done/w1/$ID",
+        "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/$ID",
+        "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/w1/$ID",
         "RUNPOD_POD_ID": "w1", "RUNPOD_AI_API_KEY": KEY,
     })
     client = PlatformClient(settings)
     try:
-        pool = client._pool_for("https://platform.invalid/v2/ep/job-done/w1/j1")
-        assert pool.cert_reqs == "CERT_REQUIRED"
-        assert pool.ca_certs == requests.adapters.DEFAULT_CA_BUNDLE_PATH
+        with pytest.raises(PlatformError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.post_done("j1", b'{"output": 1}', False, timeout=(5.0, 5.0))
     finally:
         client.close()
+    assert _Recorder.seen == []

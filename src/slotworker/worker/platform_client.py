@@ -1,23 +1,23 @@
 """The platform's HTTP client: take, done, stream, ping and stop requests.
 
-One pooled :class:`requests.Session` per role (take, result posts, heartbeat
-and stop channel), none of which retries on its own: the fetch loop owns
-the takes' backoff and :func:`deliver` is the one retry loop of result posts,
-so the grace deadline bounds every attempt. Every call has a timeout.
+One pooled :class:`requests.Session` per role (take, and heartbeat with the
+stop channel); result posts, one or more per job, go out on each posting
+thread's own keep-alive connection (:mod:`.post_connections`). None retries
+on its own: the fetch loop owns the takes' backoff and :func:`deliver` is
+the one retry loop of result posts, so the grace deadline bounds every
+attempt. Every call has a timeout.
 Redirects are never followed, so the API key is sent only to the URLs the
 platform gave us.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import platform as _platform
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import requests
-import urllib3
 from requests.adapters import HTTPAdapter
 from requests.utils import requote_uri
 
@@ -25,6 +25,7 @@ from .._version import __version__
 from ..backoff import Backoff
 from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
 from .lifecycle import Lifecycle
+from .post_connections import PostConnections, SendFailed
 
 log = logging.getLogger("slotworker")
 
@@ -32,10 +33,6 @@ TAKE_TIMEOUT = (10.0, 90.0)  # (connect, read): the platform long-polls a take
 POST_TIMEOUT = (10.0, 60.0)
 PING_TIMEOUT = 5.0
 THROTTLE_BACKOFF = 5.0  # what runpod waits after a 429
-#: Connections kept open for result posts. Every running job may post at
-#: once; connections past the pool's size are opened and thrown away after one
-#: request, which at hundreds of slots cost more CPU than the posts themselves.
-POST_POOL = 1024
 #: Waits between tries of a result post: the first, and the cap it doubles up to.
 RESULT_BACKOFF = (0.2, 5.0)
 
@@ -77,14 +74,19 @@ def user_agent() -> str:
             f" (runpod-protocol {PROTOCOL_VERSION})")
 
 
-def _session(api_key: str, pool_size: int) -> requests.Session:
-    session = requests.Session()
-    session.headers.update({
+def _headers(api_key: str) -> Dict[str, str]:
+    """The headers every request carries."""
+    return {
         "Content-Type": "application/json",
         "Authorization": api_key,
         "User-Agent": user_agent(),
         "Accept-Encoding": "gzip, deflate",
-    })
+    }
+
+
+def _session(api_key: str, pool_size: int) -> requests.Session:
+    session = requests.Session()
+    session.headers.update(_headers(api_key))
     # Never pick up credentials or proxies from the environment/.netrc: the
     # platform URLs are the only place our Authorization goes.
     session.trust_env = False
@@ -94,32 +96,25 @@ def _session(api_key: str, pool_size: int) -> requests.Session:
     return session
 
 
-def _origin(url: str) -> str:
-    """``scheme://host:port`` of an absolute URL."""
-    end = url.find("/", url.find("//") + 2)
-    return url if end < 0 else url[:end]
-
-
 class PlatformClient:
     """The worker-side requests of the protocol (docs/protocol.md) for one worker."""
 
-    def __init__(self, settings: Settings, pool_size: int = POST_POOL) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._take = _session(settings.api_key, 4)
-        self._post = _session(settings.api_key, pool_size)
-        self._post_adapter = self._post.get_adapter("http://")
-        self._post_headers = dict(self._post.headers)
+        self._connections = PostConnections()
+        self._post_headers = _headers(settings.api_key)
         self._post_headers.update({"Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"})
         self._ping = _session(settings.api_key, 2)
-        self._post_pools: Dict[str, Any] = {}
         # Quoted once here as requests would quote them on every call ($ID survives).
         self._done_url = requote_uri(settings.job_done_url or "")
         self._stream_url = requote_uri(settings.job_stream_url or "")
 
     def close(self) -> None:
         """Close every pooled connection."""
-        for session in (self._take, self._post, self._ping):
+        for session in (self._take, self._ping):
             session.close()
+        self._connections.close()
 
     # -- take ---------------------------------------------------------------
     def take(self, n: int, job_in_progress: bool) -> List[Any]:
@@ -156,57 +151,25 @@ class PlatformClient:
 
     # -- results ------------------------------------------------------------
     def _post_json(self, url: str, job_id: str, body: bytes, timeout: Timeout) -> None:
-        # Sent straight through the urllib3 connection pool of the session's
-        # adapter: the connections, headers and bytes on the wire of
-        # session.post(), without a requests PreparedRequest and Response
-        # around them (URL re-parsing, header dicts, cookie extraction, about
-        # 40 % of a post's CPU). The templates were quoted once, as requests
-        # would quote every URL; job ids and queries are quoted when built.
+        # Sent on the calling thread's own keep-alive connection
+        # (post_connections): the headers and bytes of session.post() on the
+        # wire, without a pool, PreparedRequest or Response around them. The
+        # templates were quoted once, as requests would quote every URL; job
+        # ids and queries are quoted when built.
         headers = dict(self._post_headers)
         headers["X-Request-ID"] = str(job_id)
         headers["Content-Length"] = str(len(body))
         try:
-            origin = _origin(url)
-            pool = self._post_pools.get(origin) or self._pool_for(url)
-            response = pool.urlopen("POST", url[len(origin):] or "/", body=body, headers=headers,
-                                    retries=False, redirect=False, assert_same_host=False,
-                                    preload_content=False, decode_content=True,
-                                    timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise PlatformError(f"{type(exc).__name__}: {exc}") from exc
+            status, text = self._connections.post(url, body, headers, timeout)
+        except SendFailed as exc:
+            raise PlatformError(str(exc)) from exc
         except ValueError as exc:  # a header http.client refuses: a job id with a line break
             raise Unsendable(str(exc)) from exc
-        status = response.status
         if status < 300:
-            # The status line says the platform has it: a body cut short after
-            # it must not make us post the result a second time.
-            try:
-                response.read()
-            except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException):
-                pass
-            finally:
-                response.release_conn()
             return
-        try:
-            text = response.data.decode("utf-8", "replace")
-        except (urllib3.exceptions.HTTPError, OSError):
-            text = ""
-        finally:
-            response.release_conn()
         if status >= 500 or status in (408, 425, 429):  # worth another try
             raise PlatformError(f"platform answered {status}")
         raise Rejected(status, text)
-
-    def _pool_for(self, url: str) -> Any:
-        """The adapter's connection pool for ``url``'s scheme, host and port (cached).
-
-        Certificates are checked as requests checks them (its CA bundle,
-        certifi's), not against the system's store.
-        """
-        pool = self._post_adapter.poolmanager.connection_from_url(url)
-        self._post_adapter.cert_verify(pool, url, self._post.verify, self._post.cert)
-        self._post_pools[_origin(url)] = pool
-        return pool
 
     def post_done(self, job_id: str, body: bytes, is_stream: bool, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST a job's final result (or a progress update) once; raises on failure."""

@@ -64,7 +64,7 @@ def _post(job_data: Dict[str, Any], job: Dict[str, Any], stream_url: bool, is_st
         if (settings.job_stream_url if stream_url else settings.job_done_url) is None:
             variable = "RUNPOD_WEBHOOK_POST_STREAM" if stream_url else "RUNPOD_WEBHOOK_POST_OUTPUT"
             raise PlatformError(f"{variable} is not set")
-        client = PlatformClient(settings, pool_size=1)
+        client = PlatformClient(settings)
         body = encode(job_data)
         if stream_url:
             client.post_stream(job_id, body)
