@@ -7,7 +7,7 @@ import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -26,7 +26,8 @@ class Server:
 
     def __init__(self, answer: Tuple[int, bytes, Optional[str]] = (200, b"{}", None),
                  close_after: bool = False, tls: bool = False,
-                 hold: Optional[threading.Event] = None) -> None:
+                 hold: Optional[threading.Event] = None, host: str = "127.0.0.1",
+                 early: bool = False, extra: Optional[Dict[str, str]] = None) -> None:
         self.requests: List[Tuple[Tuple[str, int], str, bytes]] = []
         self.arrived = threading.Event()  # a request came (answered once ``hold`` is set, if given)
         self.answered = threading.Semaphore(0)  # one release per request answered (and closed, if so)
@@ -39,7 +40,11 @@ class Server:
                 pass
 
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if early:  # answers before reading the body, and closes (a 413 does)
+                    self.close_connection = True
+                    body = b""
+                else:
+                    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 owner.requests.append((self.client_address, self.path, body))
                 owner.arrived.set()
                 if hold is not None:
@@ -48,6 +53,8 @@ class Server:
                 self.send_response(status)
                 if encoding:
                     self.send_header("Content-Encoding", encoding)
+                for name, value in (extra or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -60,14 +67,14 @@ class Server:
                 super().finish()
                 owner.answered.release()
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         if tls:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(CERT, KEY)
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         scheme = "https" if tls else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"{scheme}://{host}:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def connections(self) -> int:
@@ -143,6 +150,46 @@ def test_a_connection_the_platform_closed_is_replaced_before_the_next_post(serve
         conns.close()
     assert len(server.requests) == 5
     assert server.connections() == 5
+
+
+def test_an_answer_that_says_connection_close_is_followed_by_a_new_connection(servers):
+    server = servers(extra={"Connection": "close"})
+    conns = PostConnections()
+    try:
+        for i in range(3):
+            assert conns.post(f"{server.url}/done/j{i}", b"{}", HEADERS, TIMEOUT) == (200, "")
+    finally:
+        conns.close()
+    assert server.connections() == 3
+
+
+def test_an_answer_sent_before_the_body_was_read_is_the_answer(servers):
+    # As the platform answers a body over its limit: 413 at once, then close.
+    # Sending the rest fails; the answer is still read and reported.
+    server = servers(answer=(413, b'{"error": "body is over the limit"}', None), early=True)
+    conns = PostConnections()
+    big = b"x" * (32 * 1024 * 1024)
+    try:
+        status, text = conns.post(f"{server.url}/done/j1", big, dict(HEADERS, **{"Content-Length": str(len(big))}),
+                                  TIMEOUT)
+        assert (status, text) == (413, '{"error": "body is over the limit"}')
+        assert conns.post(f"{server.url}/done/j2", b"{}", HEADERS, TIMEOUT)[0] == 413  # on a new connection
+    finally:
+        conns.close()
+    assert server.connections() == 2
+
+
+def test_an_answer_that_never_comes_is_a_send_failure_after_the_read_timeout(servers):
+    release = threading.Event()
+    server = servers(hold=release)
+    conns = PostConnections()
+    try:
+        with pytest.raises(SendFailed, match="timed out"):
+            conns.post(f"{server.url}/done/j1", b"{}", HEADERS, (5.0, 0.3))
+    finally:
+        release.set()
+        conns.close()
+    assert [path for _, path, _ in server.requests] == ["/done/j1"]
 
 
 def test_close_closes_the_connections_and_later_posts_fail(servers):
@@ -227,6 +274,16 @@ def test_https_posts_trust_requests_ca_bundle_and_nothing_else(servers, monkeypa
     finally:
         trusting.close()
     assert [path for _, path, _ in server.requests] == ["/done/j2"]
+
+
+def test_an_https_post_to_a_host_the_certificate_does_not_name_is_refused(servers):
+    # The certificate names 127.0.0.1 and localhost; this server answers on 127.0.0.2.
+    server = servers(tls=True, host="127.0.0.2")
+    trusting = PostConnections(ca_bundle=CERT)
+    with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):
+        trusting.post(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT)
+    trusting.close()
+    assert server.requests == []
 
 
 def test_the_client_reports_a_refused_result_with_the_platforms_words(servers):

@@ -152,6 +152,18 @@ def test_post_headers_match(scenario: Any) -> None:
         assert header(got, "Authorization") == API_KEY
 
 
+#: Headers of the connection, not of the request: http.client, urllib3 and
+#: aiohttp each write them their own way.
+TRANSPORT_HEADERS = {"host", "content-length", "connection"}
+
+
+def test_posts_carry_the_same_headers_as_runpods(scenario: Any) -> None:
+    name, expected, actual = scenario
+    for want, got in zip(posts(expected), posts(actual)):
+        names = [{key.lower() for key in record["headers"]} - TRANSPORT_HEADERS for record in (want, got)]
+        assert names[1] == names[0], got["path"]
+
+
 def test_post_bodies_match_byte_for_byte(scenario: Any) -> None:
     name, expected, actual = scenario
     for want, got in zip(posts(expected), posts(actual)):

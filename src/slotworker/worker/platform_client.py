@@ -103,8 +103,10 @@ class PlatformClient:
         self.settings = settings
         self._take = _session(settings.api_key, 4)
         self._connections = PostConnections()
-        self._post_headers = _headers(settings.api_key)
-        self._post_headers.update({"Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"})
+        # What session.post() sent: requests' own defaults (Accept, Connection),
+        # ours, and the form type and charset runpod sends.
+        self._post_headers = {**requests.utils.default_headers(), **_headers(settings.api_key),
+                              "Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"}
         self._ping = _session(settings.api_key, 2)
         # Quoted once here as requests would quote them on every call ($ID survives).
         self._done_url = requote_uri(settings.job_done_url or "")
