@@ -55,6 +55,23 @@ def test_slots_freeing_steadily_are_taken_at_once() -> None:
     assert (n, look_again) == (9, None)
 
 
+def test_jobs_waiting_for_a_slot_count_as_starting_when_the_first_running_ones_end() -> None:
+    now = 100.0
+    # 8 slots: the batch that just landed started 6 jobs; 2 wait for the slots
+    # of the last wave's 2 jobs, whose results are still being posted (they end
+    # at now + 0.02). Started then, those 2 end by the time a take sent now lands
+    # (now + 0.5), so the take asks for all 8 slots, not 6.
+    policy = learned(0.5, 0.47, [now - 0.45] * 2 + [now] * 6)
+    assert policy._plan(Snapshot(free=0, in_use=8, pending=2), now) == (8, None)
+    # Ones that would start too late to end by the landing are not counted.
+    late = learned(0.5, 0.47, [now - 0.3] * 2 + [now] * 6)  # their slots free at now + 0.17
+    assert late._plan(Snapshot(free=0, in_use=8, pending=2), now) == (6, None)
+    # 7 slots, one free: of 2 waiting jobs one starts on it at once and ends by
+    # the landing; the other starts as the 6 running end and is still running then.
+    free = learned(0.5, 0.47, [now] * 6)
+    assert free._plan(Snapshot(free=1, in_use=6, pending=2), now) == (6, None)
+
+
 def test_a_wave_far_from_its_end_is_looked_at_one_round_trip_before_it() -> None:
     now = 100.0
     policy = learned(0.5, 3.0, [now - 0.2] * 4)  # ends at now + 2.8

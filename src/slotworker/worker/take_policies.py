@@ -191,7 +191,10 @@ class PipelinePolicy(TakePolicy):
     until the next take lands one round trip later. Waiting wins when some
     ``Δ(d) · (rtt - d) > n0 · d``: a whole batch about to end is worth a short
     wait, while slots freeing at a steady rate are taken at once, back to
-    back. Until it has seen a round trip it behaves as ``drain``; until it
+    back. A job taken and waiting for a slot counts as starting when the
+    running job expected to end first does (the one whose result is posted
+    last in a large wave, say), so a take sent then asks for its slot too.
+    Until it has seen a round trip it behaves as ``drain``; until it
     has ``MIN_SAMPLES`` run times it takes what is free, plus one batch
     ahead while the jobs it has seen ran shorter than a round trip.
     """
@@ -265,8 +268,11 @@ class PipelinePolicy(TakePolicy):
             ahead = snapshot.in_use if est is not None and est < rtt else 0
             return max(0, snapshot.free + ahead - snapshot.pending), None
         landing = now + rtt
-        # Expected ends in [now - slack, landing] free by the time a take sent now lands.
+        # Running jobs overdue by more than the slack (stragglers) are not counted.
         first = bisect.bisect_left(starts, now - self.SLACK * est - est)
+        if snapshot.pending:
+            starts = _with_pending(starts, first, snapshot.pending, snapshot.free, now, est)
+        # Expected ends in [now - slack, landing] free by the time a take sent now lands.
         by_landing = bisect.bisect_right(starts, landing - est)
         n0 = snapshot.free - snapshot.pending + max(0, by_landing - first)
         # Ends in (landing, landing + rtt]: what waiting d would add.
@@ -304,6 +310,23 @@ class PipelinePolicy(TakePolicy):
         delay = look_again - time.monotonic()
         if delay > 0:
             view.pause(min(delay, FULL_WAIT_SECONDS))
+
+
+def _with_pending(starts: List[float], first: int, pending: int, free: int, now: float,
+                  est: float) -> List[float]:
+    """``starts`` with the expected starts of ``pending`` jobs merged in.
+
+    A job taken and waiting for a slot starts at once on a free slot, else
+    on the slot of the running job expected to end first (from ``first``,
+    stragglers left out), and counts as ending ``est`` after that: a wave
+    whose results are still being posted when the next take is planned
+    holds back part of that take's batch, and that part frees its slots
+    too by the time a take sent now lands. Pending jobs beyond the slots
+    expected to free are not counted.
+    """
+    at_once = min(free, pending)
+    later = starts[first:first + pending - at_once]
+    return sorted(starts + [now] * at_once + [max(start + est, now) for start in later])
 
 
 POLICIES: Dict[str, Type[TakePolicy]] = {"drain": DrainPolicy, "fixed": FixedPolicy,
