@@ -6,6 +6,7 @@ import gzip
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -110,6 +111,25 @@ def test_one_thread_posts_on_one_kept_alive_connection(servers):
         conns.close()
     assert [path for _, path, _ in server.requests] == [f"/done/j{i}?isStream=false" for i in range(20)]
     assert server.connections() == 1
+
+
+def test_the_answer_time_is_how_long_the_platform_took_to_answer(servers):
+    release = threading.Event()
+    server = servers(hold=release)
+    conns = PostConnections()
+    assert conns.answer_seconds() is None
+    poster = threading.Thread(target=conns.post, args=(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT))
+    began = time.monotonic()
+    poster.start()
+    try:
+        assert server.arrived.wait(10)
+        time.sleep(0.2)  # the platform's latency: the answer is held this long (the stimulus, not a wait for it)
+    finally:
+        release.set()
+    poster.join(10)
+    conns.close()
+    answer = conns.answer_seconds()
+    assert answer is not None and 0.15 <= answer <= time.monotonic() - began
 
 
 def test_each_thread_has_its_own_connection(servers):

@@ -194,6 +194,47 @@ def test_posts_waiting_on_a_slow_platform_get_more_threads() -> None:
     poster.shutdown(wait=True, timeout=DEADLINE)
 
 
+def test_posts_whose_answers_come_fast_get_no_thread_for_an_idle_cpu(monkeypatch) -> None:
+    # The same slow posts (each 50 ms) on an idle CPU, but the platform answers
+    # in 0.2 ms: the time goes elsewhere in this process (the GIL behind
+    # hundreds of job threads, on a real worker), which another thread
+    # would not hide, so none is added. (Stalls are out of the way.)
+    monkeypatch.setattr(result_poster, "STALL_SECONDS", 3600.0)
+    looks: List[float] = []
+
+    def answer_seconds() -> float:
+        looks.append(time.monotonic())
+        return 0.0002
+    poster = ResultPoster(answer_seconds=answer_seconds)
+    done = threading.Semaphore(0)
+
+    def slow_post() -> None:
+        threading.Event().wait(0.05)
+        done.release()
+    for _ in range(20):
+        poster.submit(slow_post)
+    for _ in range(20):
+        assert done.acquire(timeout=DEADLINE)
+    assert looks  # asked, and said no
+    assert len(poster) == BASE_THREADS
+    poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_posts_whose_answers_come_slowly_get_more_threads() -> None:
+    poster = ResultPoster(answer_seconds=lambda: 0.05)
+    done = threading.Semaphore(0)
+
+    def slow_post() -> None:
+        threading.Event().wait(0.05)
+        done.release()
+    for _ in range(200):
+        poster.submit(slow_post)
+    for _ in range(200):
+        assert done.acquire(timeout=DEADLINE)
+    assert len(poster) > BASE_THREADS
+    poster.shutdown(wait=True, timeout=DEADLINE)
+
+
 def test_shutdown_runs_what_was_queued_first() -> None:
     poster = ResultPoster()
     ran: List[int] = []

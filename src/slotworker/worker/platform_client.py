@@ -173,6 +173,10 @@ class PlatformClient:
             raise PlatformError(f"platform answered {status}")
         raise Rejected(status, text)
 
+    def answer_seconds(self) -> Optional[float]:
+        """How long the platform takes to answer a result post (the least of the last few; None before one)."""
+        return self._connections.answer_seconds()
+
     def post_done(self, job_id: str, body: bytes, is_stream: bool, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST a job's final result (or a progress update) once; raises on failure."""
         assert self.settings.job_done_url is not None

@@ -21,6 +21,7 @@ import http.client
 import select
 import ssl
 import threading
+import time
 import weakref
 import zlib
 from typing import Dict, List, Optional, Tuple
@@ -28,6 +29,9 @@ from typing import Dict, List, Optional, Tuple
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
 Timeout = Tuple[float, float]
+
+#: Answer times kept for :meth:`PostConnections.answer_seconds`.
+ANSWERS_KEPT = 16
 
 
 class SendFailed(Exception):
@@ -72,6 +76,10 @@ class PostConnections:
         self._busy: "set[http.client.HTTPConnection]" = set()
         self._closed = False
         self._tls: Optional[ssl.SSLContext] = None
+        # The last ANSWERS_KEPT answer times (seconds), a ring every posting
+        # thread writes without a lock: a write lost to a race loses one sample.
+        self._answers: List[Optional[float]] = [None] * ANSWERS_KEPT
+        self._answer_at = 0
 
     def post(self, url: str, body: bytes, headers: Dict[str, str], timeout: Timeout) -> Tuple[int, str]:
         """POST ``body`` to ``url``; the status, and the answer's text unless it is 2xx.
@@ -109,6 +117,17 @@ class PostConnections:
                 if closed:
                     conn.close()
 
+    def answer_seconds(self) -> Optional[float]:
+        """How long the platform takes to answer a post once it is sent: the least of the last few.
+
+        The least, because an answer measured here also counts the time its
+        thread then waited for the GIL (tens of ms behind hundreds of job
+        threads), which only ever adds: the quickest recent answer is the
+        platform's own latency. None before the first answer.
+        """
+        seen = [answer for answer in self._answers if answer is not None]
+        return min(seen) if seen else None
+
     def _send(self, conn: http.client.HTTPConnection, path: str, body: bytes,
               headers: Dict[str, str], timeout: Timeout) -> Tuple[int, str]:
         try:
@@ -130,9 +149,13 @@ class PostConnections:
             except (ValueError, http.client.InvalidURL) as exc:  # nothing was sent
                 raise Refused(str(exc)) from exc
             conn.sock.settimeout(timeout[1])
+            sent = time.monotonic()
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:  # (a certificate refused among them)
             raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
+        at = self._answer_at
+        self._answers[at] = time.monotonic() - sent
+        self._answer_at = (at + 1) % ANSWERS_KEPT
         status = response.status
         try:
             data = response.read()

@@ -71,7 +71,7 @@ class Worker:
         self.watchdog = Watchdog()
         self.client = PlatformClient(self.settings)
         self.slots = slots_module.SlotCounter(0)
-        self.poster = ResultPoster()
+        self.poster = ResultPoster(answer_seconds=self.client.answer_seconds)
         self.runner = JobRunner(options, self.client, self.registry, self.watchdog, self.lifecycle,
                                 on_refresh=self._refresh, poster=self.poster)
         self.take_loop = TakeLoop(options, self.client, self.runner, self.slots, self.lifecycle)
