@@ -72,6 +72,15 @@ def test_jobs_waiting_for_a_slot_count_as_starting_when_the_first_running_ones_e
     assert free._plan(Snapshot(free=1, in_use=6, pending=2), now) == (6, None)
 
 
+def test_it_never_asks_for_more_than_the_slots() -> None:
+    now = 100.0
+    # 8 slots, seen as a job leaves its: free (1), and still listed as about
+    # to end (8 starts). Whatever the count, a take never asks for more than 8.
+    policy = learned(0.5, 0.47, [now - 0.45] * 2 + [now] * 6)
+    n, _ = policy._plan(Snapshot(free=1, in_use=7, pending=0), now)
+    assert n <= 8
+
+
 def test_a_wave_far_from_its_end_is_looked_at_one_round_trip_before_it() -> None:
     now = 100.0
     policy = learned(0.5, 3.0, [now - 0.2] * 4)  # ends at now + 2.8

@@ -15,7 +15,8 @@ import pytest
 from slotworker.config import Settings
 from slotworker.worker.platform_client import PlatformClient, PlatformError, Rejected
 from slotworker.worker.post_connections import PostConnections, Refused, SendFailed
-from support import TLS_CERT, TLS_KEY
+from slotworker.worker import post_connections
+from support import TLS_CERT, TLS_KEY, wait_for
 
 CERT, KEY = TLS_CERT, TLS_KEY
 TIMEOUT = (5.0, 10.0)
@@ -130,6 +131,20 @@ def test_the_answer_time_is_how_long_the_platform_took_to_answer(servers):
     conns.close()
     answer = conns.answer_seconds()
     assert answer is not None and 0.15 <= answer <= time.monotonic() - began
+
+
+def test_the_answer_time_is_the_quickest_recent_answer_and_old_ones_lapse(servers, monkeypatch):
+    server = servers()
+    conns = PostConnections()
+    try:
+        for i in range(40):  # more than the ring holds
+            assert conns.post(f"{server.url}/done/j{i}", b"{}", HEADERS, TIMEOUT)[0] == 200
+        answer = conns.answer_seconds()
+        assert answer is not None and 0 < answer < 0.5
+        monkeypatch.setattr(post_connections, "ANSWER_FRESH_SECONDS", 0.05)
+        assert wait_for(lambda: conns.answer_seconds() is None, 10)
+    finally:
+        conns.close()
 
 
 def test_each_thread_has_its_own_connection(servers):

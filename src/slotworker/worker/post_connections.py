@@ -30,8 +30,9 @@ from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
 Timeout = Tuple[float, float]
 
-#: Answer times kept for :meth:`PostConnections.answer_seconds`.
+#: Answer times kept for :meth:`PostConnections.answer_seconds`, and how long (seconds) one counts.
 ANSWERS_KEPT = 16
+ANSWER_FRESH_SECONDS = 1.0
 
 
 class SendFailed(Exception):
@@ -78,7 +79,7 @@ class PostConnections:
         self._tls: Optional[ssl.SSLContext] = None
         # The last ANSWERS_KEPT answer times (seconds), a ring every posting
         # thread writes without a lock: a write lost to a race loses one sample.
-        self._answers: List[Optional[float]] = [None] * ANSWERS_KEPT
+        self._answers: List[Optional[Tuple[float, float]]] = [None] * ANSWERS_KEPT  # (when, took)
         self._answer_at = 0
 
     def post(self, url: str, body: bytes, headers: Dict[str, str], timeout: Timeout) -> Tuple[int, str]:
@@ -118,15 +119,20 @@ class PostConnections:
                     conn.close()
 
     def answer_seconds(self) -> Optional[float]:
-        """How long the platform takes to answer a post once it is sent: the least of the last few.
+        """How long the platform takes to answer a post: the least of the last few.
 
-        The least, because an answer measured here also counts the time its
-        thread then waited for the GIL (tens of ms behind hundreds of job
-        threads), which only ever adds: the quickest recent answer is the
-        platform's own latency. None before the first answer.
+        Timed from just before the request is written to its answer's
+        headers read. The least, because the time a thread waits for the GIL
+        (tens of ms behind hundreds of job threads) only ever adds to that:
+        the quickest recent answer is the platform's own latency. Only
+        answers of the last :data:`ANSWER_FRESH_SECONDS` count, so fast ones
+        from before the platform slowed down do not hide it; None without
+        any.
         """
-        seen = [answer for answer in self._answers if answer is not None]
-        return min(seen) if seen else None
+        since = time.monotonic() - ANSWER_FRESH_SECONDS
+        fresh = [took for sample in self._answers if sample is not None
+                 for at, took in (sample,) if at >= since]
+        return min(fresh) if fresh else None
 
     def _send(self, conn: http.client.HTTPConnection, path: str, body: bytes,
               headers: Dict[str, str], timeout: Timeout) -> Tuple[int, str]:
@@ -138,6 +144,7 @@ class PostConnections:
                 conn.connect()
             else:
                 conn.sock.settimeout(timeout[0])
+            sent = time.monotonic()  # before writing: a GIL wait after the write only adds
             try:
                 conn.request("POST", path, body, headers)
             except (BrokenPipeError, ConnectionResetError):
@@ -149,12 +156,11 @@ class PostConnections:
             except (ValueError, http.client.InvalidURL) as exc:  # nothing was sent
                 raise Refused(str(exc)) from exc
             conn.sock.settimeout(timeout[1])
-            sent = time.monotonic()
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:  # (a certificate refused among them)
             raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
-        at = self._answer_at
-        self._answers[at] = time.monotonic() - sent
+        at, answered = self._answer_at, time.monotonic()
+        self._answers[at] = (answered, answered - sent)
         self._answer_at = (at + 1) % ANSWERS_KEPT
         status = response.status
         try:

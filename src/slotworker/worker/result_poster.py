@@ -180,27 +180,28 @@ class ResultPoster(QueueThreads):
     def _slow_posts_on_idle_cpu_locked(self) -> bool:
         """Whether a result that finds no poster free gets one at once.
 
-        Yes while posts take :data:`GROW_AFTER_WAIT` or more (the platform's
-        latency: the result would wait as long) and a look in the last
+        Yes while the platform takes :data:`GROW_AFTER_WAIT` or more to
+        answer (the result would wait as long) and a look in the last
         :data:`SHARE_FRESH_SECONDS` found the CPU idle.
         """
-        return (self._platform_wait() >= GROW_AFTER_WAIT and self._share < IDLE_CPU_SHARE
-                and time.monotonic() - self._share_at < SHARE_FRESH_SECONDS
-                and len(self._threads) < self._max)
+        return (self._share < IDLE_CPU_SHARE and time.monotonic() - self._share_at < SHARE_FRESH_SECONDS
+                and len(self._threads) < self._max and self._platform_wait() >= GROW_AFTER_WAIT)
 
     def _platform_wait(self) -> float:
         """How long a post waits on the platform (0 before any).
 
-        The platform's answer time where the client measures it, else a
-        task's whole time. The answer time is what more threads hide: a post
+        The platform's recent answer time where the client measures it,
+        else a task's whole time. The answer time is what more threads hide: a post
         that takes long because its thread waits for the GIL behind hundreds
         of job threads (the answer itself came in 0.2 ms) is not helped by
         another thread, and the idle-CPU rule would be fooled by it (a GIL
         convoy leaves the CPU half idle).
         """
         if self._answer_seconds is not None:
-            return self._answer_seconds() or 0.0
-        return self._post_seconds or 0.0
+            answer = self._answer_seconds()
+            if answer is not None:
+                return answer
+        return self._post_seconds or 0.0  # (no answer of late: a task's time stands in)
 
     def _start_poster_locked(self) -> Optional[str]:
         """Start a poster thread (hold ``_lock``); why it could not, or None."""

@@ -261,8 +261,11 @@ class TakeLoop:
 
     def _job_exited(self, started: float) -> None:
         """A job is over (its result posted): give back its slot, start what waits."""
-        self.slots.release(1)
+        # The policy forgets the job before its slot shows free: a plan made
+        # in between counts the slot once (free), not twice (free, and a job
+        # about to end).
         self.policy.observe_exit(started, time.monotonic())
+        self.slots.release(1)
         with self.job_exited:
             if self.pending:
                 self._start_pending_locked()

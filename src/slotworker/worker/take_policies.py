@@ -274,7 +274,8 @@ class PipelinePolicy(TakePolicy):
             starts = _with_pending(starts, first, snapshot.pending, snapshot.free, now, est)
         # Expected ends in [now - slack, landing] free by the time a take sent now lands.
         by_landing = bisect.bisect_right(starts, landing - est)
-        n0 = snapshot.free - snapshot.pending + max(0, by_landing - first)
+        # (Never more than the slots: a plan made as a job exits may see its slot twice.)
+        n0 = min(snapshot.free - snapshot.pending + max(0, by_landing - first), snapshot.free + snapshot.in_use)
         # Ends in (landing, landing + rtt]: what waiting d would add.
         within = bisect.bisect_right(starts, landing + rtt - est)
         if waited and n0 > 0:
