@@ -177,19 +177,26 @@ def test_a_look_at_the_cpu_long_ago_does_not_count_once_a_watch_starts() -> None
         poster.shutdown(wait=True, timeout=DEADLINE)
 
 
-def test_posts_waiting_on_a_slow_platform_get_more_threads() -> None:
-    # Each post waits 50 ms on the platform, the CPU idles: past the base
-    # threads, one is added per look while results keep waiting.
-    poster = ResultPoster()
+def post_slowly(poster: ResultPoster, count: int) -> None:
+    """Submit ``count`` posts that each wait 50 ms on the platform, and wait until all are done."""
     done = threading.Semaphore(0)
 
     def slow_post() -> None:
         threading.Event().wait(0.05)
         done.release()
-    for _ in range(200):
+    for _ in range(count):
         poster.submit(slow_post)
-    for _ in range(200):
+    for _ in range(count):
         assert done.acquire(timeout=DEADLINE)
+
+
+@pytest.mark.parametrize("answer_seconds", [None, lambda: 0.05], ids=["task time", "answer time"])
+def test_posts_waiting_on_a_slow_platform_get_more_threads(answer_seconds: Any) -> None:
+    # Each post waits 50 ms on the platform (measured as the task's time, or
+    # as the client's answer time), the CPU idles: past the base threads, one
+    # is added per look while results keep waiting.
+    poster = ResultPoster(answer_seconds=answer_seconds)
+    post_slowly(poster, 200)
     assert len(poster) > BASE_THREADS
     poster.shutdown(wait=True, timeout=DEADLINE)
 
@@ -208,32 +215,9 @@ def test_posts_whose_answers_come_fast_get_no_thread_for_an_idle_cpu(monkeypatch
         looks.append(threading.current_thread().name)
         return 0.0002
     poster = ResultPoster(answer_seconds=answer_seconds)
-    done = threading.Semaphore(0)
-
-    def slow_post() -> None:
-        threading.Event().wait(0.05)
-        done.release()
-    for _ in range(20):
-        poster.submit(slow_post)
-    for _ in range(20):
-        assert done.acquire(timeout=DEADLINE)
+    post_slowly(poster, 20)
     assert any(name.endswith("-watch") for name in looks)  # the watch asked, and was told no
     assert len(poster) == BASE_THREADS
-    poster.shutdown(wait=True, timeout=DEADLINE)
-
-
-def test_posts_whose_answers_come_slowly_get_more_threads() -> None:
-    poster = ResultPoster(answer_seconds=lambda: 0.05)
-    done = threading.Semaphore(0)
-
-    def slow_post() -> None:
-        threading.Event().wait(0.05)
-        done.release()
-    for _ in range(200):
-        poster.submit(slow_post)
-    for _ in range(200):
-        assert done.acquire(timeout=DEADLINE)
-    assert len(poster) > BASE_THREADS
     poster.shutdown(wait=True, timeout=DEADLINE)
 
 
