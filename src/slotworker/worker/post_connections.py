@@ -130,8 +130,7 @@ class PostConnections:
         any.
         """
         since = time.monotonic() - ANSWER_FRESH_SECONDS
-        fresh = [took for sample in self._answers if sample is not None
-                 for at, took in (sample,) if at >= since]
+        fresh = [sample[1] for sample in self._answers if sample is not None and sample[0] >= since]
         return min(fresh) if fresh else None
 
     def _send(self, conn: http.client.HTTPConnection, path: str, body: bytes,

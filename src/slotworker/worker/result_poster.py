@@ -37,10 +37,10 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
 
 Where the platform has been taking that long to answer (the quickest of
 its recent answers; without a measure of it, a moving average of a task's
-time less its waits to retry) and a
-look in the last :data:`SHARE_FRESH_SECONDS` found the CPU idle, a result
-that finds no poster free gets one at once: it would wait as long. Threads
-are added only while results wait.
+time less its waits to retry) and a look in the last
+:data:`SHARE_FRESH_SECONDS` found the CPU idle, a result that finds no
+poster free gets one at once: it would wait as long. Threads are added only
+while results wait.
 
 A poster whose result failed and waits to retry steps aside
 (:meth:`ResultPoster.step_aside`): up to :data:`BASE_THREADS` such no
@@ -155,8 +155,8 @@ class ResultPoster(QueueThreads):
     def _behind(self) -> None:
         """Tasks wait and no thread is idle: a thread at once, or the watch looks.
 
-        At once: while under the base, or while posts are slow and a recent
-        look found the CPU idle.
+        At once: while under the base, or while the platform is slow to
+        answer and a recent look found the CPU idle.
         """
         reason = None
         with self._lock:
@@ -190,12 +190,12 @@ class ResultPoster(QueueThreads):
     def _platform_wait(self) -> float:
         """How long a post waits on the platform (0 before any).
 
-        The platform's recent answer time where the client measures it,
-        else a task's whole time. The answer time is what more threads hide: a post
-        that takes long because its thread waits for the GIL behind hundreds
-        of job threads (the answer itself came in 0.2 ms) is not helped by
-        another thread, and the idle-CPU rule would be fooled by it (a GIL
-        convoy leaves the CPU half idle).
+        The platform's recent answer time where the client measures it, else
+        a task's whole time. The answer time is what more threads hide: a
+        post that takes long because its thread waits for the GIL behind
+        hundreds of job threads (the answer itself came in 0.2 ms) is not
+        helped by another thread, and the idle-CPU rule would be fooled by it
+        (a GIL convoy leaves the CPU half idle).
         """
         if self._answer_seconds is not None:
             answer = self._answer_seconds()
