@@ -106,3 +106,10 @@ def test_prefetch_must_be_a_whole_number_of_jobs(value: Any) -> None:
     with pytest.raises(ConfigError, match="prefetch"):
         load(prefetch=value)
     assert load(prefetch=4).prefetch == 4 and load().prefetch == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "3", True])
+def test_post_backlog_must_be_a_whole_number_of_results(value: Any) -> None:
+    with pytest.raises(ConfigError, match="post_backlog"):
+        load(post_backlog=value)
+    assert load(post_backlog=0).post_backlog == 0 and load().post_backlog is None

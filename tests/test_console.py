@@ -96,9 +96,10 @@ def driver() -> Iterator[Any]:
 def served() -> Iterator[Platform]:
     """A platform with one real worker of SLOTS slots (take cost 0)."""
     with Platform(take_cost=0.0, long_poll=0.5) as platform:
-        # Pinned to "drain", a worker that asks only for its free slots, so
-        # that its slot estimate is exact (see console.timeline).
-        with WorkerThread(platform, handler, concurrency=SLOTS, take_policy="drain"):
+        # Pinned to "drain", a worker that asks only for its free slots, and
+        # holding each slot until its result is in, so that its slot
+        # estimate is exact (see console.timeline).
+        with WorkerThread(platform, handler, concurrency=SLOTS, take_policy="drain", post_backlog=0):
             yield platform
 
 

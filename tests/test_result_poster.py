@@ -308,10 +308,11 @@ def test_shutdown_while_a_poster_waits_to_retry_lets_it_finish() -> None:
     assert not any(t.is_alive() for t in poster._threads)
 
 
-def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records) -> None:
-    # The handler is done, the result is not in: the one slot is still the
-    # job's, so the second job does not start until the post gets through
-    # (a policy that takes ahead may already hold it, waiting).
+def test_with_no_post_backlog_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records) -> None:
+    # post_backlog=0 (runpod's way): the handler is done, the result is not
+    # in, so the one slot is still the job's and the second job does not
+    # start until the post gets through (a policy that takes ahead may
+    # already hold it, waiting).
     platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
     first = platform.submit({"i": 1})
     started: List[Any] = []
@@ -319,7 +320,7 @@ def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records)
     def handler(job: Dict[str, Any]) -> Dict[str, Any]:
         started.append((job["input"]["i"], platform.job(first).status))
         return job["input"]
-    with WorkerThread(platform, handler, concurrency=1):
+    with WorkerThread(platform, handler, concurrency=1, post_backlog=0):
         assert records.wait_for("not delivered (attempt 2)", DEADLINE)
         second = platform.submit({"i": 2})
         assert records.wait_for("not delivered (attempt 3)", DEADLINE)
@@ -330,6 +331,93 @@ def test_a_job_keeps_its_slot_until_its_result_is_posted(make_platform, records)
     counts = platform.counts()
     assert counts["completed"] == 2 and counts["duplicates"] == 0, counts
     assert started == [(1, "IN_PROGRESS"), (2, "COMPLETED")]
+
+
+def test_a_job_gives_its_slot_back_while_its_result_waits_to_post_up_to_the_backlog(
+        make_platform, records) -> None:
+    # By default as many results may wait to post as there are slots: with
+    # one slot, the second job runs while the first result cannot get
+    # through, and the third waits until a result is in. Every job stays in
+    # progress (and in the heartbeat) until its result is in.
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    first = platform.submit({"i": 1})
+    started: List[Any] = []
+
+    def handler(job: Dict[str, Any]) -> Dict[str, Any]:
+        started.append((job["input"]["i"], platform.job(first).status))
+        return job["input"]
+    worker = WorkerThread(platform, handler, concurrency=1).start()
+    try:
+        assert records.wait_for(f"{first} result not delivered (attempt 1)", DEADLINE)
+        second = platform.submit({"i": 2})
+        assert records.wait_for(f"{second} result not delivered (attempt 2)", DEADLINE)
+        third = platform.submit({"i": 3})
+        assert records.wait_for(f"{second} result not delivered (attempt 3)", DEADLINE)
+        assert started == [(1, "IN_PROGRESS"), (2, "IN_PROGRESS")]
+        assert sorted(worker.worker.registry.ids()) == sorted([first, second])
+        platform.faults = None
+        assert platform.wait_final([first, second, third], DEADLINE)
+    finally:
+        assert worker.stop(DEADLINE) == 0
+    counts = platform.counts()
+    assert counts["completed"] == 3 and counts["duplicates"] == 0, counts
+    assert [i for i, _ in started] == [1, 2, 3]
+
+
+def test_a_result_that_stops_the_worker_keeps_its_slot_until_it_is_in(make_platform, records) -> None:
+    # refresh_worker: the worker stops once this result is in, so its slot
+    # must not run another job meanwhile.
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    first = platform.submit({"i": 1})
+    platform.submit({"i": 2})
+    started: List[int] = []
+
+    def handler(job: Dict[str, Any]) -> Dict[str, Any]:
+        started.append(job["input"]["i"])
+        return job["input"]
+    worker = WorkerThread(platform, handler, concurrency=1, refresh_worker=True).start()
+    try:
+        assert records.wait_for(f"{first} result not delivered (attempt 3)", DEADLINE)
+        assert started == [1]
+        platform.faults = None
+        assert platform.wait_final([first], DEADLINE)
+        worker.thread.join(DEADLINE)
+        assert not worker.thread.is_alive() and worker.exit_code == 0
+    finally:
+        platform.faults = None
+        if worker.thread.is_alive():
+            worker.stop(DEADLINE)
+    assert platform.status(first).get("stopPod") is True
+    assert platform.counts()["duplicates"] == 0
+
+
+def test_shutdown_waits_for_a_result_still_posting_after_its_slot_was_given_back(make_platform, records) -> None:
+    # The job gave its slot back when its result was queued; at shutdown it
+    # is still the worker's until the result is in: the heartbeat keeps
+    # listing it, and the worker exits cleanly once the post gets through.
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    job = platform.submit({"i": 1})
+    worker = WorkerThread(platform, lambda job: job["input"], concurrency=2,
+                          env={"RUNPOD_PING_INTERVAL": "100"}).start()
+
+    def pings_listing_it(p: Any) -> int:
+        return sum(e.kind == "ping" and job in e.query.get("job_id", "").split(",") for e in p.events)
+    try:
+        assert records.wait_for(f"{job} result not delivered (attempt 1)", DEADLINE)
+        worker.worker.shutdown("test")
+        assert worker.worker.fetch_stopped.wait(DEADLINE)
+        before = pings_listing_it(platform)
+        assert platform.wait_until(lambda p: pings_listing_it(p) >= before + 2, DEADLINE)
+        assert worker.thread.is_alive()
+        platform.faults = None
+        assert platform.wait_final([job], DEADLINE)
+        worker.thread.join(DEADLINE)
+        assert not worker.thread.is_alive() and worker.exit_code == 0
+    finally:
+        platform.faults = None
+        if worker.thread.is_alive():
+            worker.stop(DEADLINE)
+    assert platform.counts()["completed"] == 1 and platform.counts()["duplicates"] == 0
 
 
 def test_a_result_that_cannot_be_sent_is_lost_loudly(make_platform, records) -> None:

@@ -209,6 +209,10 @@ class Options:
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     #: Jobs taken beyond the free slots and held until a slot frees (0: none).
     prefetch: int = 0
+    #: Results that may wait to be posted after their jobs gave their slots
+    #: back; None: as many as the concurrency; 0: a job holds its slot until
+    #: its result is in (runpod 1.12.0's way).
+    post_backlog: Optional[int] = None
     #: runpod's flags as parsed (``rp_debugger``, ``test_input``, ...).
     flags: Dict[str, Any] = field(default_factory=dict)
     #: ``time.perf_counter()`` when ``start()`` was called (``--rp_debugger``'s ready delay).
@@ -242,6 +246,10 @@ class Options:
         prefetch = config.get("prefetch", 0)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ConfigError(f"prefetch must be a whole number of jobs >= 0, not {prefetch!r}")
+        post_backlog = config.get("post_backlog")
+        if post_backlog is not None and (isinstance(post_backlog, bool) or not isinstance(post_backlog, int)
+                                         or post_backlog < 0):
+            raise ConfigError(f"post_backlog must be a whole number of results >= 0 or None, not {post_backlog!r}")
         if "shutdown_grace" in config:
             grace = _number("shutdown_grace", config["shutdown_grace"], 0.0)
         elif env.get("SLOTWORKER_SHUTDOWN_GRACE"):
@@ -258,6 +266,7 @@ class Options:
             job_timeout=job_timeout,
             shutdown_grace=grace,
             prefetch=prefetch,
+            post_backlog=post_backlog,
             flags=dict(flags or {}),
             started_at=time.perf_counter() if started_at is None else started_at,
         )

@@ -30,11 +30,11 @@ def floor_seconds(job: float, take: float, waves: int, post: float = 0.0) -> flo
     """Time to finish ``waves`` full waves with one take in flight at a time.
 
     ``post``: how long the platform takes to answer a result post (``bench
-    --post-latency``). A slot is busy until its result is in, so a job
-    holds it that much longer.
+    --post-latency``). A job gives its slot back when its result is queued
+    (up to the worker's ``post_backlog``), so the answers overlap the next
+    waves and only the last wave's results wait for theirs.
     """
-    held = job + post
-    return take + (waves - 1) * max(held, take) + held
+    return take + (waves - 1) * max(job, take) + job + post
 
 
 def _numbers(text: str, kind: type) -> List[Any]:

@@ -14,7 +14,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from . import progress, results
 from .platform_client import PlatformClient, Rejected, deliver, encode
@@ -72,6 +72,13 @@ def _nothing() -> None:
     pass
 
 
+class _Final(NamedTuple):
+    """A job's final result, ready to post."""
+
+    post: Callable[[], None]  #: posts it once, then ends the job
+    stops_worker: bool        #: it asks the worker to stop (``refresh_worker``, ``stopPod``)
+
+
 def is_generator_handler(handler: Callable[..., Any]) -> bool:
     """True for handlers that stream (sync or async generator functions)."""
     return inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
@@ -107,16 +114,20 @@ class JobRunner:
         self._lost_lock = threading.Lock()
 
     # -- the job's life -----------------------------------------------------
-    def run(self, job: Any, on_exit: Callable[[], None] = _nothing) -> None:
+    def run(self, job: Any, on_exit: Callable[[], None] = _nothing,
+            on_posting: Optional[Callable[[], None]] = None) -> None:
         """Run ``job`` to its one final result. Never raises.
 
         ``on_exit()`` is called once, when the job is over here: its result
         posted or given up on, or no result due (malformed, a duplicate,
         stopped by the platform). With a poster, a result is posted, and
         ``on_exit()`` called, on a poster thread after this returns.
+        ``on_posting()``, if given, is called on this thread just before the
+        result goes to the poster, unless that result stops the worker: the
+        handler is done with the job, which is now only waiting for its post.
         """
         running: Optional[RunningJob] = None
-        post: Optional[Callable[[], None]] = None
+        final: Optional[_Final] = None
         try:
             job_id = self._job_id(job)
             if job_id is None:
@@ -132,13 +143,13 @@ class JobRunner:
                 return
             progress.bind(job_id, self)
             try:
-                post = self._run(job, running, on_exit)
+                final = self._run(job, running, on_exit)
             except JobInterrupted:
                 raise
             except BaseException as exc:  # a bug of ours, or a value that broke the shaping
                 log.exception("internal error while running the job; reporting it as an error",
                               extra={"job_id": job_id})
-                post = self._final(job_id, results.plain_error(
+                final = self._final(job_id, results.plain_error(
                     f"Worker internal error while handling the job: {type(exc).__name__}"), False, running, on_exit)
             finally:
                 running.finish()
@@ -151,14 +162,18 @@ class JobRunner:
         except BaseException:  # the worker must outlive any job
             log.exception("internal error while running a job")
         finally:
-            if post is None:  # no result is due: the job is over now
+            if final is None:  # no result is due: the job is over now
                 if running is not None:
                     self.registry.remove(running)
                 on_exit()
             elif self.poster is None:
-                post()
+                final.post()
             else:
-                self.poster.submit(post)
+                try:
+                    if on_posting is not None and not final.stops_worker:
+                        on_posting()
+                finally:
+                    self.poster.submit(final.post)
 
     def _job_id(self, job: Any) -> Optional[str]:
         if not isinstance(job, dict) or job.get("id") in (None, ""):
@@ -169,8 +184,8 @@ class JobRunner:
         return job["id"]
 
     def _run(self, job: Dict[str, Any], running: RunningJob,
-             on_exit: Callable[[], None]) -> Optional[Callable[[], None]]:
-        """Call the handler; the task that posts the job's final result, or None if none is due."""
+             on_exit: Callable[[], None]) -> Optional[_Final]:
+        """Call the handler; the job's final result, or None if none is due."""
         job_id = running.job_id
         if "input" not in job:
             log.error("job has no input; reporting an error", extra={"job_id": job_id})
@@ -303,8 +318,8 @@ class JobRunner:
             log.error("platform rejected a stream chunk: %s", exc, extra={"job_id": job_id})
 
     def _final(self, job_id: str, body: Dict[str, Any], is_stream: bool, running: RunningJob,
-               on_exit: Callable[[], None]) -> Callable[[], None]:
-        """The task that posts the final result once and then ends the job."""
+               on_exit: Callable[[], None]) -> _Final:
+        """The final result, with the task that posts it once and then ends the job."""
         stop_pod = self.refresh_every_job or bool(body.get("stopPod"))
         try:
             data = encode(body)
@@ -325,7 +340,7 @@ class JobRunner:
             finally:
                 self.registry.remove(running)
                 on_exit()
-        return post
+        return _Final(post, stop_pod)
 
     def _post_final(self, job_id: str, data: bytes, is_stream: bool, stop_pod: bool) -> None:
         try:

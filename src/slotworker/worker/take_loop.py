@@ -6,12 +6,16 @@ many jobs to take, reserves the free slots among them, takes (a batch take
 when more than one) and hands each job to a job thread; a job taken ahead of
 its slot waits in :attr:`TakeLoop.pending` and starts, oldest first, as a
 slot frees. Jobs run on :class:`~.job_threads.JobThreads`, a thread per slot
-in use. When the policy says the worker is full, the policy waits on
+in use. A job gives its slot back when its handler is done and its result is
+queued to post, while fewer than ``post_backlog`` results (by default, the
+concurrency) wait to be posted; past that, and for a result that stops the
+worker, once its result is in. Either way it stays in the registry, and in
+the heartbeat, until its result is in. When the policy says the worker is full, the policy waits on
 :attr:`TakeLoop.job_exited` through the loop's :class:`~.take_policies.LoopView`;
 the loop never spins.
 
-Locking, after :mod:`queue`: one mutex, ``_mutex``, guards ``pending`` and
-``_wake_when``; the Condition ``job_exited`` shares it. The slot counter is
+Locking, after :mod:`queue`: one mutex, ``_mutex``, guards ``pending``,
+``_posting`` and ``_wake_when``; the Condition ``job_exited`` shares it. The slot counter is
 lock-free and may be read anywhere; it is changed by the fetch thread
 (reserve, resize) and by job threads (release), and a job's slot is taken
 for a pending job only under ``_mutex``, so a pending job never waits beside
@@ -64,6 +68,8 @@ class TakeLoop:
         self.policy: TakePolicy = make_policy(options.take_policy)
         #: Jobs to hold taken beyond the free slots (the ``prefetch`` option).
         self.prefetch = options.prefetch
+        #: Results that may wait to be posted with their slots given back (None: the concurrency).
+        self.post_backlog = options.post_backlog
         self._mutex = threading.Lock()
         # job_exited: notified by a job's thread after it releases its slot,
         # when a waiter's predicate now holds; by a capacity change; and by
@@ -76,6 +82,8 @@ class TakeLoop:
         self._wake_when: List[Callable[[], bool]] = []
         # Jobs taken ahead of their slot, in arrival order. Guarded by _mutex.
         self.pending: Deque[Any] = collections.deque()
+        # Results queued or being posted whose jobs gave their slots back. Guarded by _mutex.
+        self._posting = 0
         # One thread per slot in use; the slot counter bounds how many jobs run.
         self.threads = JobThreads(self._job_thread)
         self.loops = 0       # fetch-loop turns (tests count these)
@@ -106,7 +114,7 @@ class TakeLoop:
 
     # Predicates: called with _mutex held.
     def _drained(self) -> bool:
-        return self.slots.in_use == 0 and not self.pending
+        return self.slots.in_use == 0 and not self.pending and not self._posting
 
     def _none_pending(self) -> bool:
         return not self.pending
@@ -215,7 +223,7 @@ class TakeLoop:
     def _take(self, n: int, reserved: int) -> List[Any]:
         self.takes += 1
         # The slots just reserved are this take's; any others are running jobs.
-        jobs = self.client.take(n, job_in_progress=self.slots.in_use > reserved)
+        jobs = self.client.take(n, job_in_progress=self.slots.in_use > reserved or self._posting > 0)
         if jobs:
             log.debug("took %d job(s) of %d asked", len(jobs), n)
         return jobs
@@ -257,18 +265,40 @@ class TakeLoop:
             self._start(pending.popleft())
 
     def _job_thread(self, job: Any, started: float) -> None:
-        self.runner.run(job, lambda: self._job_exited(started))
+        hold = _SlotHold(self, started)
+        self.runner.run(job, hold.exit, hold.posting)
 
-    def _job_exited(self, started: float) -> None:
-        """A job is over (its result posted): give back its slot, start what waits."""
+    def _leave_slot_early(self, started: float) -> bool:
+        """The job's result is queued to post: give its slot back now, unless enough results wait.
+
+        True if it did; the job then ends with :meth:`_result_posted`.
+        """
+        backlog = self.slots.capacity if self.post_backlog is None else self.post_backlog
+        if self._posting >= backlog:  # read unlocked: the bound may be passed by a few, never by many
+            return False
+        self._job_exited(started, posting=1)
+        return True
+
+    def _job_exited(self, started: float, posting: int = 0) -> None:
+        """A job leaves its slot (its result posted, or ``posting``: queued to post): start what waits."""
         # The policy forgets the job before its slot shows free: a plan made
         # in between counts the slot once (free), not twice (free, and a job
         # about to end).
         self.policy.observe_exit(started, time.monotonic())
-        self.slots.release(1)
         with self.job_exited:
+            # Counted as posting before its slot shows free, so that no
+            # look in between finds the worker drained.
+            self._posting += posting
+            self.slots.release(1)
             if self.pending:
                 self._start_pending_locked()
+            if any(wanted() for wanted in self._wake_when):
+                self.job_exited.notify_all()
+
+    def _result_posted(self) -> None:
+        """A job that gave its slot back early is over: its result is in (or given up on)."""
+        with self.job_exited:
+            self._posting -= 1
             if any(wanted() for wanted in self._wake_when):
                 self.job_exited.notify_all()
 
@@ -286,9 +316,31 @@ class TakeLoop:
     def drain(self, deadline: float) -> int:
         """Wait until no job runs or waits here, or ``deadline``.
 
-        Returns the jobs not finished: running, plus pending ones (taken, so
-        they are run, not abandoned).
+        Returns the jobs not finished: running, pending ones (taken, so they
+        are run, not abandoned) and those whose results are still posting.
         """
         self._wait(self._drained, deadline, until_shutdown=False)
         with self.job_exited:
-            return self.slots.in_use + len(self.pending)
+            return self.slots.in_use + len(self.pending) + self._posting
+
+
+class _SlotHold:
+    """One job's hold on its slot, given back as :class:`TakeLoop` explains."""
+
+    __slots__ = ("_loop", "_started", "_early")
+
+    def __init__(self, loop: TakeLoop, started: float) -> None:
+        self._loop = loop
+        self._started = started
+        self._early = False
+
+    def posting(self) -> None:
+        """The handler is done and the result about to be queued (on the job's thread)."""
+        self._early = self._loop._leave_slot_early(self._started)
+
+    def exit(self) -> None:
+        """The job is over here (on a poster thread, or the job's)."""
+        if self._early:
+            self._loop._result_posted()
+        else:
+            self._loop._job_exited(self._started)

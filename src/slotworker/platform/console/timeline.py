@@ -8,7 +8,9 @@ come out low (a job's result reaches the platform a moment before the
 worker frees its slot, so the platform counts one job fewer than the
 worker does), never high; the estimate is therefore the highest over the
 worker's recent takes. It is too high for a worker that takes ahead of its
-slots (the `lookahead` take policy).
+slots (the `lookahead` take policy), or that gives a slot back while its
+job's result is still on its way (slotworker's ``post_backlog``): the
+platform counts that job as held.
 """
 
 from __future__ import annotations
