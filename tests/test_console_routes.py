@@ -233,7 +233,9 @@ def test_workers_and_timeline_with_a_real_worker(platform: Platform) -> None:
         time.sleep(0.03)
         return job["input"]
 
-    with WorkerThread(platform, handler, concurrency=3, take_policy="drain"):  # asks for its free slots
+    # Asks for its free slots, and holds each until its result is in: its
+    # slot estimate is exact (see console.timeline).
+    with WorkerThread(platform, handler, concurrency=3, take_policy="drain", post_backlog=0):
         ids = [platform.submit(i) for i in range(12)]
         assert platform.wait_final(ids, timeout=WAIT)
         workers = get_json(platform, "/console/workers")

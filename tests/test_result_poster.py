@@ -336,32 +336,46 @@ def test_with_no_post_backlog_a_job_keeps_its_slot_until_its_result_is_posted(ma
 def test_a_job_gives_its_slot_back_while_its_result_waits_to_post_up_to_the_backlog(
         make_platform, records) -> None:
     # By default as many results may wait to post as there are slots: with
-    # one slot, the second job runs while the first result cannot get
-    # through, and the third waits until a result is in. Every job stays in
-    # progress (and in the heartbeat) until its result is in.
-    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
-    first = platform.submit({"i": 1})
+    # one slot and a platform slow to answer posts, the second job runs
+    # while the first result is on its way, and the third waits until a
+    # result is in. Every job stays in progress (and in the heartbeat) until
+    # its result is in.
+    platform = make_platform(faults=Faults(slow_rate=1.0, slow_seconds=1.0, routes={"done"}))
+    ids = [platform.submit({"i": i}) for i in range(3)]
     started: List[Any] = []
 
     def handler(job: Dict[str, Any]) -> Dict[str, Any]:
-        started.append((job["input"]["i"], platform.job(first).status))
+        started.append((job["input"]["i"], [platform.job(j).status for j in ids[:job["input"]["i"]]]))
         return job["input"]
-    worker = WorkerThread(platform, handler, concurrency=1).start()
-    try:
-        assert records.wait_for(f"{first} result not delivered (attempt 1)", DEADLINE)
-        second = platform.submit({"i": 2})
-        assert records.wait_for(f"{second} result not delivered (attempt 2)", DEADLINE)
-        third = platform.submit({"i": 3})
-        assert records.wait_for(f"{second} result not delivered (attempt 3)", DEADLINE)
-        assert started == [(1, "IN_PROGRESS"), (2, "IN_PROGRESS")]
-        assert sorted(worker.worker.registry.ids()) == sorted([first, second])
+    with WorkerThread(platform, handler, concurrency=1) as worker:
+        assert platform.wait_final(ids, DEADLINE)
+        assert worker.worker.take_loop.drain(time.monotonic() + DEADLINE) == 0
+    assert platform.counts()["completed"] == 3 and platform.counts()["duplicates"] == 0
+    assert started[:2] == [(0, []), (1, ["IN_PROGRESS"])]
+    # The second job's result found the backlog full: its slot was the
+    # third's only once that result was in.
+    assert started[2] == (2, ["COMPLETED", "COMPLETED"])
+
+
+def test_no_slot_is_given_back_early_while_a_result_waits_to_retry(make_platform, records) -> None:
+    # A platform refusing results gets no more jobs taken on their slots:
+    # with two slots, at most the first job gives its slot back before a
+    # post has failed; the rest hold theirs until their results are in.
+    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    first = platform.submit({"i": 0})
+    started: List[int] = []
+
+    def handler(job: Dict[str, Any]) -> Dict[str, Any]:
+        started.append(job["input"]["i"])
+        return job["input"]
+    with WorkerThread(platform, handler, concurrency=2):
+        assert records.wait_for(f"{first} result not delivered (attempt 2)", DEADLINE)
+        rest = [platform.submit({"i": i}) for i in range(1, 5)]
+        assert wait_for(lambda: sum("not delivered (attempt 3)" in line for line in records.lines) >= 3, DEADLINE)
+        assert sorted(started) == [0, 1, 2]
         platform.faults = None
-        assert platform.wait_final([first, second, third], DEADLINE)
-    finally:
-        assert worker.stop(DEADLINE) == 0
-    counts = platform.counts()
-    assert counts["completed"] == 3 and counts["duplicates"] == 0, counts
-    assert [i for i, _ in started] == [1, 2, 3]
+        assert platform.wait_final([first, *rest], DEADLINE)
+    assert platform.counts()["completed"] == 5 and platform.counts()["duplicates"] == 0
 
 
 def test_a_result_that_stops_the_worker_keeps_its_slot_until_it_is_in(make_platform, records) -> None:
@@ -391,30 +405,29 @@ def test_a_result_that_stops_the_worker_keeps_its_slot_until_it_is_in(make_platf
     assert platform.counts()["duplicates"] == 0
 
 
-def test_shutdown_waits_for_a_result_still_posting_after_its_slot_was_given_back(make_platform, records) -> None:
+def test_shutdown_waits_for_a_result_still_posting_after_its_slot_was_given_back(make_platform) -> None:
     # The job gave its slot back when its result was queued; at shutdown it
     # is still the worker's until the result is in: the heartbeat keeps
     # listing it, and the worker exits cleanly once the post gets through.
-    platform = make_platform(faults=Faults(error_rate=1.0, routes={"done"}))
+    platform = make_platform(faults=Faults(slow_rate=1.0, slow_seconds=1.5, routes={"done"}))
     job = platform.submit({"i": 1})
     worker = WorkerThread(platform, lambda job: job["input"], concurrency=2,
                           env={"RUNPOD_PING_INTERVAL": "100"}).start()
+    loop = worker.worker.take_loop
 
     def pings_listing_it(p: Any) -> int:
         return sum(e.kind == "ping" and job in e.query.get("job_id", "").split(",") for e in p.events)
     try:
-        assert records.wait_for(f"{job} result not delivered (attempt 1)", DEADLINE)
+        assert wait_for(lambda: loop._posting == 1, DEADLINE)
         worker.worker.shutdown("test")
         assert worker.worker.fetch_stopped.wait(DEADLINE)
         before = pings_listing_it(platform)
         assert platform.wait_until(lambda p: pings_listing_it(p) >= before + 2, DEADLINE)
-        assert worker.thread.is_alive()
-        platform.faults = None
+        assert platform.job(job).status == "IN_PROGRESS" and worker.thread.is_alive()
         assert platform.wait_final([job], DEADLINE)
         worker.thread.join(DEADLINE)
         assert not worker.thread.is_alive() and worker.exit_code == 0
     finally:
-        platform.faults = None
         if worker.thread.is_alive():
             worker.stop(DEADLINE)
     assert platform.counts()["completed"] == 1 and platform.counts()["duplicates"] == 0

@@ -32,15 +32,24 @@ def finished_at(platform, job_id):
     return platform.job(job_id).finished_at
 
 
+def wait_full(wt):
+    """Wait until the fetch thread waits as full (its predicate is listed, under the loop's lock)."""
+    assert wait_for(lambda: bool(wt.worker.take_loop._wake_when), DEADLINE)
+
+
 
 def test_full_worker_takes_full_batch_as_soon_as_it_drains(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
-    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN):
+    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN) as wt:
         assert gate.wait_started(4)
+        # Opened only once the fetch thread waits: a job over before it came
+        # round would leave a free slot that it takes at once, as it should.
+        wait_full(wt)
         first = list(gate.started)
         gate.open(*first)
         assert gate.wait_started(8, DEADLINE)
+        assert platform.wait_final(first, DEADLINE)
         drained = max(finished_at(platform, j) for j in first)
         second = job_takes(platform)[1]
         assert (second.requested, second.given) == (4, 4)
@@ -53,8 +62,11 @@ def test_full_worker_takes_full_batch_as_soon_as_it_drains(platform):
 def test_full_worker_does_not_take_while_partly_drained(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
-    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN):
+    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN) as wt:
         assert gate.wait_started(4)
+        # Opened only once the fetch thread waits: a job over before it came
+        # round would leave a free slot that it takes at once, as it should.
+        wait_full(wt)
         full_at = time.monotonic()
         gate.open(*gate.started[:2])
         assert platform.wait_final(gate.started[:2], DEADLINE)
@@ -67,8 +79,11 @@ def test_full_worker_does_not_take_while_partly_drained(platform):
 def test_straggler_cannot_hold_freed_slots_past_full_wait(platform):
     gate = Gate()
     ids = [platform.submit({"i": i}) for i in range(8)]
-    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN):
+    with WorkerThread(platform, gate.enter, concurrency=4, take_policy=DRAIN) as wt:
         assert gate.wait_started(4)
+        # Opened only once the fetch thread waits: a job over before it came
+        # round would leave a free slot that it takes at once, as it should.
+        wait_full(wt)
         full_at = time.monotonic()
         stragglers = gate.started[2:4]
         gate.open(*gate.started[:2])

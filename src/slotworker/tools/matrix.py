@@ -4,8 +4,10 @@ Each cell is a burst of ``waves`` × slots jobs of one length against a warm
 worker per arm (take cost 0.5 s by default), the arms alternating within the
 cell. For each cell and arm it reports time to 99 % done against the floor of
 one take in flight (``take + (waves - 1) × max(job, take) + job``: the first
-take, then one wave per job length or take, whichever is longer; a job
-counts its result post's latency, if ``--post-latency`` is set), and the
+take, then one wave per job length or take, whichever is longer; plus one
+answer to a result post for the last wave, if ``--post-latency`` is set: a
+job gives its slot back as its result is queued, so the arms that hold it
+until the result is in, runpod's and ``post_backlog=0``, read higher), and the
 worker's CPU per job. With matplotlib (the ``[bench]`` extra) it draws a heat
 map of t99 / floor per arm.
 """

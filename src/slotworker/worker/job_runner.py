@@ -122,9 +122,10 @@ class JobRunner:
         posted or given up on, or no result due (malformed, a duplicate,
         stopped by the platform). With a poster, a result is posted, and
         ``on_exit()`` called, on a poster thread after this returns.
-        ``on_posting()``, if given, is called on this thread just before the
-        result goes to the poster, unless that result stops the worker: the
-        handler is done with the job, which is now only waiting for its post.
+        ``on_posting()``, if given, is called on this thread once the result
+        is with the poster, unless that result stops the worker or a post
+        waits to retry: the handler is done with the job, which now only
+        waits for its post.
         """
         running: Optional[RunningJob] = None
         final: Optional[_Final] = None
@@ -169,11 +170,16 @@ class JobRunner:
             elif self.poster is None:
                 final.post()
             else:
-                try:
-                    if on_posting is not None and not final.stops_worker:
+                self.poster.submit(final.post)
+                # After the submit: if the post was done at once (on this
+                # thread, no poster could start), the job is over, and this
+                # does nothing. Not while a post waits to retry: a platform
+                # refusing results gets no more jobs taken meanwhile.
+                if on_posting is not None and not final.stops_worker and not self.poster.retrying:
+                    try:
                         on_posting()
-                finally:
-                    self.poster.submit(final.post)
+                    except BaseException:  # a bug of ours: the job keeps its slot until its post
+                        log.exception("internal error while giving a job's slot back")
 
     def _job_id(self, job: Any) -> Optional[str]:
         if not isinstance(job, dict) or job.get("id") in (None, ""):

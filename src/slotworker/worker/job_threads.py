@@ -12,9 +12,12 @@ only while there are fewer threads than slots in use.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 from .queue_threads import QueueThreads
+
+log = logging.getLogger("slotworker")
 
 
 class JobThreads(QueueThreads):
@@ -33,7 +36,13 @@ class JobThreads(QueueThreads):
         if len(self._threads) < busy:
             with self._lock:
                 if len(self._threads) < busy and not self._closed:
-                    self._start_thread_locked(self._serve)
+                    try:
+                        self._start_thread_locked(self._serve)
+                    except RuntimeError as exc:
+                        if not self._threads:  # nothing would ever take the job
+                            raise
+                        # Queued: a thread already started takes it when free.
+                        log.warning("could not start a job thread (%s); the job waits for one", exc)
 
     def _serve(self) -> None:
         get, target = self._queue.get, self._target

@@ -105,6 +105,7 @@ class ResultPoster(QueueThreads):
         # All guarded by _lock:
         self._idle = 0  # threads waiting for a task, or about to
         self._aside = 0  # threads waiting to retry a task
+        self._failing = 0  # threads whose task has waited to retry at least once
         now = time.monotonic()
         self._last_take = now  # when a poster last took a task ...
         self._last_waited = 0.0  # ... and how long that task had waited
@@ -130,6 +131,11 @@ class ResultPoster(QueueThreads):
         if self._queue.qsize() > self._idle:
             self._behind()
 
+    @property
+    def retrying(self) -> bool:
+        """True from a result's first failed post until it is in or given up on."""
+        return self._failing > 0
+
     def step_aside(self, wait: Callable[[], None]) -> None:
         """Run ``wait()`` (a task waiting to retry) with this thread not counted as at work.
 
@@ -142,8 +148,11 @@ class ResultPoster(QueueThreads):
         if threading.current_thread() not in self._threads:
             wait()
             return
+        first = not self._local.failing
         with self._lock:
             self._aside += 1
+            self._failing += first
+        self._local.failing = True
         began = time.monotonic()
         try:
             if self._queue.qsize() > self._idle:
@@ -339,6 +348,7 @@ class ResultPoster(QueueThreads):
                     self._idle -= 1
                 return
             self._local.aside = 0.0
+            self._local.failing = False
             with lock:
                 self._idle -= 1
                 self._last_take = now = time.monotonic()
@@ -350,6 +360,7 @@ class ResultPoster(QueueThreads):
             item[1]()
             with lock:
                 self._idle += 1
+                self._failing -= self._local.failing
                 took = time.monotonic() - now - self._local.aside
                 average = self._post_seconds
                 self._post_seconds = took if average is None else average + 0.3 * (took - average)

@@ -71,8 +71,9 @@ class TakeLoop:
         #: Results that may wait to be posted with their slots given back (None: the concurrency).
         self.post_backlog = options.post_backlog
         self._mutex = threading.Lock()
-        # job_exited: notified by a job's thread after it releases its slot,
-        # when a waiter's predicate now holds; by a capacity change; and by
+        # job_exited: notified when a slot is given back (by a job's thread,
+        # or a poster's) or a result given back early is in, when a
+        # waiter's predicate now holds; by a capacity change; and by
         # wake() (shutdown). Waited on by the fetch thread while full (through
         # the policy) and by drain() at shutdown.
         self.job_exited = threading.Condition(self._mutex)
@@ -97,8 +98,12 @@ class TakeLoop:
             return Snapshot(free, in_use, len(self.pending))
 
     def wait_drained(self, timeout: float) -> bool:
-        """Wait until no job runs or waits here, shutdown, or ``timeout``."""
-        return self._wait(self._drained, time.monotonic() + timeout, until_shutdown=True)
+        """Wait until no job runs or waits here, shutdown, or ``timeout``.
+
+        Results still posting from slots already given back do not count:
+        for taking, those slots are free.
+        """
+        return self._wait(self._idle, time.monotonic() + timeout, until_shutdown=True)
 
     def wait_free(self, timeout: float) -> bool:
         """Wait until a slot is free that no pending job will take, shutdown, or ``timeout``."""
@@ -113,6 +118,9 @@ class TakeLoop:
         self._wait(_never, time.monotonic() + timeout, until_shutdown=True)
 
     # Predicates: called with _mutex held.
+    def _idle(self) -> bool:
+        return self.slots.in_use == 0 and not self.pending
+
     def _drained(self) -> bool:
         return self.slots.in_use == 0 and not self.pending and not self._posting
 
@@ -265,45 +273,49 @@ class TakeLoop:
             self._start(pending.popleft())
 
     def _job_thread(self, job: Any, started: float) -> None:
-        hold = _SlotHold(self, started)
-        self.runner.run(job, hold.exit, hold.posting)
+        hold = _SlotHold(started)
+        self.runner.run(job, lambda: self._job_over(hold), lambda: self._leave_slot_early(hold))
 
-    def _leave_slot_early(self, started: float) -> bool:
+    def _leave_slot_early(self, hold: "_SlotHold") -> None:
         """The job's result is queued to post: give its slot back now, unless enough results wait.
 
-        True if it did; the job then ends with :meth:`_result_posted`.
+        Not if the job is over already (its result posted before this ran).
         """
+        ended = time.monotonic()
         backlog = self.slots.capacity if self.post_backlog is None else self.post_backlog
-        if self._posting >= backlog:  # read unlocked: the bound may be passed by a few, never by many
-            return False
-        self._job_exited(started, posting=1)
-        return True
+        with self.job_exited:
+            if hold.state is not _HOLDING or self._posting >= backlog:
+                return
+            hold.state = _POSTING
+            self._posting += 1  # before the slot shows free: no look in between finds the worker drained
+            self._free_slot_locked(hold.started, ended)
 
-    def _job_exited(self, started: float, posting: int = 0) -> None:
-        """A job leaves its slot (its result posted, or ``posting``: queued to post): start what waits."""
+    def _job_over(self, hold: "_SlotHold") -> None:
+        """The job is over here (its result posted or given up on, or none due)."""
+        ended = time.monotonic()
+        with self.job_exited:
+            if hold.state is _POSTING:
+                self._posting -= 1
+                if any(wanted() for wanted in self._wake_when):
+                    self.job_exited.notify_all()
+            else:
+                self._free_slot_locked(hold.started, ended)
+            hold.state = _OVER
+
+    def _free_slot_locked(self, started: float, ended: float) -> None:
+        """Give a job's slot back and start what waits (hold ``_mutex``)."""
         # The policy forgets the job before its slot shows free: a plan made
         # in between counts the slot once (free), not twice (free, and a job
         # about to end).
-        self.policy.observe_exit(started, time.monotonic())
-        with self.job_exited:
-            # Counted as posting before its slot shows free, so that no
-            # look in between finds the worker drained.
-            self._posting += posting
-            self.slots.release(1)
-            if self.pending:
-                self._start_pending_locked()
-            if any(wanted() for wanted in self._wake_when):
-                self.job_exited.notify_all()
-
-    def _result_posted(self) -> None:
-        """A job that gave its slot back early is over: its result is in (or given up on)."""
-        with self.job_exited:
-            self._posting -= 1
-            if any(wanted() for wanted in self._wake_when):
-                self.job_exited.notify_all()
+        self.policy.observe_exit(started, ended)
+        self.slots.release(1)
+        if self.pending:
+            self._start_pending_locked()
+        if any(wanted() for wanted in self._wake_when):
+            self.job_exited.notify_all()
 
     def in_progress_ids(self) -> List[str]:
-        """Ids of the jobs this worker holds: running, and taken but not started.
+        """Ids of the jobs this worker holds: running or posting their results, and taken but not started.
 
         The heartbeat reports both, so the platform does not requeue a job
         that waits here for its slot.
@@ -324,23 +336,16 @@ class TakeLoop:
             return self.slots.in_use + len(self.pending) + self._posting
 
 
+#: A job's hold on its slot: running (or its result waiting past the
+#: backlog), given back while its result posts, over.
+_HOLDING, _POSTING, _OVER = "holding", "posting", "over"
+
+
 class _SlotHold:
-    """One job's hold on its slot, given back as :class:`TakeLoop` explains."""
+    """One job's hold on its slot; changed under the take loop's ``_mutex``."""
 
-    __slots__ = ("_loop", "_started", "_early")
+    __slots__ = ("started", "state")
 
-    def __init__(self, loop: TakeLoop, started: float) -> None:
-        self._loop = loop
-        self._started = started
-        self._early = False
-
-    def posting(self) -> None:
-        """The handler is done and the result about to be queued (on the job's thread)."""
-        self._early = self._loop._leave_slot_early(self._started)
-
-    def exit(self) -> None:
-        """The job is over here (on a poster thread, or the job's)."""
-        if self._early:
-            self._loop._result_posted()
-        else:
-            self._loop._job_exited(self._started)
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.state = _HOLDING

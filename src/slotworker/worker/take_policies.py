@@ -10,7 +10,7 @@ through the narrow :class:`LoopView` the loop gives it::
     n == 0                      ---->  wait_full(view)           (blocks)
     take(n) answered            ---->  observe_take(asked, got, seconds)
     a job gets its slot at t    ---->  observe_start(t)
-    a job's thread exits        ---->  observe_exit(started, ended)   (job thread)
+    a job gives its slot back   ---->  observe_exit(started, ended)   (job or poster thread)
 
 ``observe_*`` may be called from any thread; the others only from the fetch
 thread. Selected by the config key ``take_policy``:
@@ -192,8 +192,9 @@ class PipelinePolicy(TakePolicy):
     ``Δ(d) · (rtt - d) > n0 · d``: a whole batch about to end is worth a short
     wait, while slots freeing at a steady rate are taken at once, back to
     back. A job taken and waiting for a slot counts as starting when the
-    running job expected to end first does (the one whose result is posted
-    last in a large wave, say), so a take sent then asks for its slot too.
+    running job expected to end first does (one that keeps its slot until
+    its result is posted, past the ``post_backlog``, say), so a take sent
+    then asks for its slot too.
     Until it has seen a round trip it behaves as ``drain``; until it
     has ``MIN_SAMPLES`` run times it takes what is free, plus one batch
     ahead while the jobs it has seen ran shorter than a round trip.
@@ -320,9 +321,10 @@ def _with_pending(starts: List[float], first: int, pending: int, free: int, now:
     A job taken and waiting for a slot starts at once on a free slot, else
     on the slot of the running job expected to end first (from ``first``,
     stragglers left out), and counts as ending ``est`` after that: a wave
-    whose results are still being posted when the next take is planned
-    holds back part of that take's batch, and that part frees its slots
-    too by the time a take sent now lands. Pending jobs beyond the slots
+    whose slots are held until its results are posted (past the
+    ``post_backlog``) when the next take is planned holds back part of that
+    take's batch, and that part frees its slots too by the time a take sent
+    now lands. Pending jobs beyond the slots
     expected to free are not counted.
     """
     at_once = min(free, pending)
