@@ -357,6 +357,26 @@ def test_a_job_gives_its_slot_back_while_its_result_waits_to_post_up_to_the_back
     assert started[2] == (2, ["COMPLETED", "COMPLETED"])
 
 
+def test_a_failing_policy_update_still_gives_each_slot_back_once(make_platform, records) -> None:
+    # The policy's bookkeeping on a job's exit raising (a bug of ours) must
+    # cost neither a slot nor a job: slots given back early and slots held
+    # through a slow post both return, once each.
+    platform = make_platform(faults=Faults(slow_rate=1.0, slow_seconds=0.2, routes={"done"}))
+    ids = [platform.submit({"i": i}) for i in range(8)]
+    worker = WorkerThread(platform, lambda job: job["input"], concurrency=2)
+    loop = worker.worker.take_loop
+
+    def broken(started: float, ended: float) -> None:
+        raise RuntimeError("policy bookkeeping failed")
+    loop.policy.observe_exit = broken  # type: ignore[method-assign]
+    with worker:
+        assert platform.wait_final(ids, DEADLINE)
+        assert wait_for(lambda: loop._posting == 0 and loop.slots.in_use == 0, DEADLINE)
+    counts = platform.counts()
+    assert counts["completed"] == 8 and counts["duplicates"] == 0, counts
+    assert "policy bookkeeping failed" in records.text()
+
+
 def test_no_slot_is_given_back_early_while_a_result_waits_to_retry(make_platform, records) -> None:
     # A platform refusing results gets no more jobs taken on their slots:
     # with two slots, at most the first job gives its slot back before a

@@ -178,7 +178,7 @@ class JobRunner:
                 if on_posting is not None and not final.stops_worker and not self.poster.retrying:
                     try:
                         on_posting()
-                    except BaseException:  # a bug of ours: the job keeps its slot until its post
+                    except BaseException:  # a bug of ours: logged, the post goes on
                         log.exception("internal error while giving a job's slot back")
 
     def _job_id(self, job: Any) -> Optional[str]:

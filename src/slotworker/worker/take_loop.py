@@ -15,11 +15,13 @@ the heartbeat, until its result is in. When the policy says the worker is full, 
 the loop never spins.
 
 Locking, after :mod:`queue`: one mutex, ``_mutex``, guards ``pending``,
-``_posting`` and ``_wake_when``; the Condition ``job_exited`` shares it. The slot counter is
-lock-free and may be read anywhere; it is changed by the fetch thread
-(reserve, resize) and by job threads (release), and a job's slot is taken
-for a pending job only under ``_mutex``, so a pending job never waits beside
-a free slot.
+``_posting`` and ``_wake_when``; the Condition ``job_exited`` shares it. The
+slot counter is lock-free and may be read anywhere; it is changed by the
+fetch thread (reserve, resize) and, under ``_mutex``, by the thread that
+ends a job's hold on its slot (release): its job thread, or the poster
+thread that posted a result which kept its slot. A job's slot is taken for a
+pending job only under ``_mutex``, so a pending job never waits beside a
+free slot.
 """
 
 from __future__ import annotations
@@ -306,8 +308,12 @@ class TakeLoop:
         """Give a job's slot back and start what waits (hold ``_mutex``)."""
         # The policy forgets the job before its slot shows free: a plan made
         # in between counts the slot once (free), not twice (free, and a job
-        # about to end).
-        self.policy.observe_exit(started, ended)
+        # about to end). Its failing (a bug of ours) costs an estimate, never
+        # the slot: the caller has already marked the job as out of it.
+        try:
+            self.policy.observe_exit(started, ended)
+        except Exception:
+            log.exception("internal error in the take policy's bookkeeping; the slot is given back")
         self.slots.release(1)
         if self.pending:
             self._start_pending_locked()
