@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import Counter
@@ -337,24 +338,50 @@ def test_a_job_gives_its_slot_back_while_its_result_waits_to_post_up_to_the_back
         make_platform, records) -> None:
     # By default as many results may wait to post as there are slots: with
     # one slot and a platform slow to answer posts, the second job runs
-    # while the first result is on its way, and the third waits until a
-    # result is in. Every job stays in progress (and in the heartbeat) until
-    # its result is in.
+    # while the first result is on its way. The second result finds the
+    # backlog full: its slot goes to the third job as the first result is
+    # in, not when its own is. Every job stays in progress (and in the
+    # heartbeat) until its result is in.
     platform = make_platform(faults=Faults(slow_rate=1.0, slow_seconds=1.0, routes={"done"}))
-    ids = [platform.submit({"i": i}) for i in range(3)]
+    work = [0.0, 0.5, 0.0]  # the second job's work keeps its post well behind the first's
+    ids = [platform.submit({"i": i, "work": w}) for i, w in enumerate(work)]
     started: List[Any] = []
 
     def handler(job: Dict[str, Any]) -> Dict[str, Any]:
-        started.append((job["input"]["i"], [platform.job(j).status for j in ids[:job["input"]["i"]]]))
+        i = job["input"]["i"]
+        started.append((i, time.monotonic(), [platform.job(j).status for j in ids[:i]]))
+        threading.Event().wait(job["input"]["work"])
         return job["input"]
     with WorkerThread(platform, handler, concurrency=1) as worker:
         assert platform.wait_final(ids, DEADLINE)
         assert wait_for(lambda: worker.worker.take_loop._posting == 0, DEADLINE)  # every early give-back ended
+        assert not worker.worker.take_loop._queued
     assert platform.counts()["completed"] == 3 and platform.counts()["duplicates"] == 0
-    assert started[:2] == [(0, []), (1, ["IN_PROGRESS"])]
-    # The second job's result found the backlog full: its slot was the
-    # third's only once that result was in.
-    assert started[2] == (2, ["COMPLETED", "COMPLETED"])
+    assert [(i, statuses) for i, _, statuses in started[:2]] == [(0, []), (1, ["IN_PROGRESS"])]
+    third, at, statuses = started[2]
+    assert third == 2 and statuses[0] == "COMPLETED"
+    assert at < platform.job(ids[1]).finished_at  # before the second result was in
+
+
+def test_slots_given_back_and_queued_results_balance_out_under_mixed_post_times(make_platform) -> None:
+    # Posts answered at once or late, at random, past a backlog smaller than
+    # the slots: results are given back early, queued, given back as others
+    # end, or end first. Every job ends exactly once and every count returns to zero.
+    platform = make_platform(faults=Faults(slow_rate=0.5, slow_seconds=0.1, routes={"done"}, seed=7))
+    ids = [platform.submit({"i": i}) for i in range(80)]
+    rng = random.Random(11)
+    waits = {i: rng.choice([0.0, 0.0, 0.01, 0.03]) for i in range(80)}
+
+    def handler(job: Dict[str, Any]) -> Dict[str, Any]:
+        threading.Event().wait(waits[job["input"]["i"]])
+        return job["input"]
+    with WorkerThread(platform, handler, concurrency=4, post_backlog=2) as worker:
+        loop = worker.worker.take_loop
+        assert platform.wait_final(ids, DEADLINE)
+        assert wait_for(lambda: loop._posting == 0 and loop.slots.in_use == 0, DEADLINE)
+        assert not loop._queued
+    counts = platform.counts()
+    assert counts["completed"] == 80 and counts["duplicates"] == 0, counts
 
 
 def test_a_failing_policy_update_still_gives_each_slot_back_once(make_platform, records) -> None:

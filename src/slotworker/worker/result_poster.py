@@ -4,8 +4,8 @@ A job thread hands its final result (already encoded) to :class:`ResultPoster`
 and goes back for its next job; a poster thread sends it, retrying as
 :func:`~.platform_client.deliver` does, and then ends the job. The job's slot
 is given back when its result is queued, while few enough results wait
-(``post_backlog``), else only then; either way the job is the worker's, and
-in its heartbeat, until its result is in.
+(``post_backlog``), else once one of them (or its own) is in; either way
+the job is the worker's, and in its heartbeat, until its result is in.
 
 Posting from a few threads rather than from every job's own is cheaper at
 high concurrency: the HTTP work of hundreds of jobs runs on threads that are

@@ -8,20 +8,21 @@ its slot waits in :attr:`TakeLoop.pending` and starts, oldest first, as a
 slot frees. Jobs run on :class:`~.job_threads.JobThreads`, a thread per slot
 in use. A job gives its slot back when its handler is done and its result is
 queued to post, while fewer than ``post_backlog`` results (by default, the
-concurrency) wait to be posted; past that, and for a result that stops the
-worker, once its result is in. Either way it stays in the registry, and in
+concurrency) wait to be posted; past that, as the first of those results
+is in, or its own; a result that stops the worker keeps its slot until it
+is in. Either way the job stays in the registry, and in
 the heartbeat, until its result is in. When the policy says the worker is full, the policy waits on
 :attr:`TakeLoop.job_exited` through the loop's :class:`~.take_policies.LoopView`;
 the loop never spins.
 
 Locking, after :mod:`queue`: one mutex, ``_mutex``, guards ``pending``,
-``_posting`` and ``_wake_when``; the Condition ``job_exited`` shares it. The
-slot counter is lock-free and may be read anywhere; it is changed by the
-fetch thread (reserve, resize) and, under ``_mutex``, by the thread that
-ends a job's hold on its slot (release): its job thread, or the poster
-thread that posted a result which kept its slot. A job's slot is taken for a
-pending job only under ``_mutex``, so a pending job never waits beside a
-free slot.
+``_posting``, ``_queued`` and ``_wake_when``; the Condition ``job_exited``
+shares it. The slot counter is lock-free and may be read anywhere; it is
+changed by the fetch thread (reserve, resize) and, under ``_mutex``, by the
+thread that ends a job's hold on its slot (release): its job thread, or the
+poster thread whose post ended a hold (its own job's, or a queued one's). A
+job's slot is taken for a pending job only under ``_mutex``, so a pending
+job never waits beside a free slot.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class TakeLoop:
         self.pending: Deque[Any] = collections.deque()
         # Results queued or being posted whose jobs gave their slots back. Guarded by _mutex.
         self._posting = 0
+        # Jobs whose results are queued to post but found the backlog full:
+        # each gives its slot back as one of those posts ends, oldest first,
+        # unless its own is in first (then it is no longer _QUEUED and is
+        # skipped). Guarded by _mutex.
+        self._queued: Deque["_SlotHold"] = collections.deque()
         # One thread per slot in use; the slot counter bounds how many jobs run.
         self.threads = JobThreads(self._job_thread)
         self.loops = 0       # fetch-loop turns (tests count these)
@@ -278,31 +284,65 @@ class TakeLoop:
         hold = _SlotHold(started)
         self.runner.run(job, lambda: self._job_over(hold), lambda: self._leave_slot_early(hold))
 
+    def _backlog(self) -> int:
+        return self.slots.capacity if self.post_backlog is None else self.post_backlog
+
     def _leave_slot_early(self, hold: "_SlotHold") -> None:
-        """The job's result is queued to post: give its slot back now, unless enough results wait.
+        """The job's result is queued to post: give its slot back now, or once fewer results wait.
 
         Not if the job is over already (its result posted before this ran).
         """
         ended = time.monotonic()
-        backlog = self.slots.capacity if self.post_backlog is None else self.post_backlog
+        backlog = self._backlog()
+        if backlog <= 0:
+            return
         with self.job_exited:
-            if hold.state is not _HOLDING or self._posting >= backlog:
+            if hold.state is not _HOLDING:
                 return
-            hold.state = _POSTING
-            self._posting += 1  # before the slot shows free: no look in between finds the worker drained
-            self._free_slot_locked(hold.started, ended)
+            if self._posting >= backlog:
+                hold.state = _QUEUED  # a result posting ends first, or this one's post does
+                self._queued.append(hold)
+                return
+            self._give_back_locked(hold, ended)
+
+    def _give_back_locked(self, hold: "_SlotHold", ended: float) -> None:
+        hold.state = _POSTING
+        self._posting += 1  # before the slot shows free: no look in between finds the worker drained
+        self._free_slot_locked(hold.started, ended)
 
     def _job_over(self, hold: "_SlotHold") -> None:
         """The job is over here (its result posted or given up on, or none due)."""
         ended = time.monotonic()
         with self.job_exited:
             if hold.state is _POSTING:
+                hold.state = _OVER
                 self._posting -= 1
+                self._give_back_queued_locked(ended)
                 if any(wanted() for wanted in self._wake_when):
                     self.job_exited.notify_all()
-            else:
+            else:  # _HOLDING, or _QUEUED: its own post ended first
+                queued = hold.state is _QUEUED
+                hold.state = _OVER
+                if queued:  # the queue skips it; drop it now if it is first
+                    while self._queued and self._queued[0].state is not _QUEUED:
+                        self._queued.popleft()
                 self._free_slot_locked(hold.started, ended)
-            hold.state = _OVER
+
+    def _give_back_queued_locked(self, now: float) -> None:
+        """Give back the slots of queued results while the backlog has room (hold ``_mutex``).
+
+        Not while a result waits to retry, as for a result just queued.
+        """
+        queued, backlog = self._queued, self._backlog()
+        if not queued or self.runner.poster is None:
+            return
+        while queued and self._posting < backlog:
+            if queued[0].state is not _QUEUED:
+                queued.popleft()
+            elif self.runner.poster.retrying:
+                return
+            else:
+                self._give_back_locked(queued.popleft(), now)
 
     def _free_slot_locked(self, started: float, ended: float) -> None:
         """Give a job's slot back and start what waits (hold ``_mutex``)."""
@@ -342,9 +382,10 @@ class TakeLoop:
             return self.slots.in_use + len(self.pending) + self._posting
 
 
-#: A job's hold on its slot: running (or its result waiting past the
-#: backlog), given back while its result posts, over.
-_HOLDING, _POSTING, _OVER = "holding", "posting", "over"
+#: A job's hold on its slot: running (or keeping its slot through its post),
+#: result queued to post while the backlog is full, given back while its
+#: result posts, over.
+_HOLDING, _QUEUED, _POSTING, _OVER = "holding", "queued", "posting", "over"
 
 
 class _SlotHold:

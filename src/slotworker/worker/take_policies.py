@@ -192,8 +192,8 @@ class PipelinePolicy(TakePolicy):
     ``Δ(d) · (rtt - d) > n0 · d``: a whole batch about to end is worth a short
     wait, while slots freeing at a steady rate are taken at once, back to
     back. A job taken and waiting for a slot counts as starting when the
-    running job expected to end first does (one that keeps its slot until
-    its result is posted, past the ``post_backlog``, say), so a take sent
+    running job expected to end first does (one that keeps its slot while
+    its result waits past the ``post_backlog``, say), so a take sent
     then asks for its slot too.
     Until it has seen a round trip it behaves as ``drain``; until it
     has ``MIN_SAMPLES`` run times it takes what is free, plus one batch
