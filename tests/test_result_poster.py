@@ -379,7 +379,7 @@ def test_slots_given_back_and_queued_results_balance_out_under_mixed_post_times(
         loop = worker.worker.take_loop
         assert platform.wait_final(ids, DEADLINE)
         assert wait_for(lambda: loop._posting == 0 and loop.slots.in_use == 0, DEADLINE)
-        assert not loop._queued
+        assert not loop._queued and loop.given_back_queued > 0  # the queue was used
     counts = platform.counts()
     assert counts["completed"] == 80 and counts["duplicates"] == 0, counts
 
@@ -423,6 +423,50 @@ def test_no_slot_is_given_back_early_while_a_result_waits_to_retry(make_platform
         platform.faults = None
         assert platform.wait_final([first, *rest], DEADLINE)
     assert platform.counts()["completed"] == 5 and platform.counts()["duplicates"] == 0
+
+
+class ScriptedPosts(Faults):
+    """Result posts answered as scripted, in the order they arrive: ``(fault, delay)`` each, then at once."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.script: List[Any] = []
+        self.drawn = 0
+
+    def draw(self, kind: str) -> Any:
+        if kind != "done":
+            return None, 0.0
+        with self._lock:
+            self.drawn += 1
+            return self.script.pop(0) if self.script else (None, 0.0)
+
+
+def test_a_queued_result_gives_its_slot_back_once_the_retried_result_ahead_is_in(make_platform) -> None:
+    # One slot. The first result posts with the slot given back; the
+    # second finds the backlog full and queues. The first post fails once
+    # and is retried; once it is in (and no result waits to retry), the
+    # queued second gives its slot to the third job, long before its own
+    # slow post is answered.
+    faults = ScriptedPosts(routes={"done"})
+    faults.script = [("error", 0.3), (None, 3.0)]  # the first result's first try; the second result
+    platform = make_platform(faults=faults)
+    ids = [platform.submit({"i": i}) for i in range(3)]
+    started: Dict[int, float] = {}
+
+    def handler(job: Dict[str, Any]) -> Dict[str, Any]:
+        i = job["input"]["i"]
+        started[i] = time.monotonic()
+        if i == 1:  # the second post arrives after the first's first try
+            assert wait_for(lambda: faults.drawn >= 1, DEADLINE)
+        return job["input"]
+    with WorkerThread(platform, handler, concurrency=1) as worker:
+        assert platform.wait_final(ids, DEADLINE)
+        loop = worker.worker.take_loop
+        assert wait_for(lambda: loop._posting == 0 and loop.slots.in_use == 0, DEADLINE)
+        assert loop.given_back_queued >= 1 and not loop._queued
+    counts = platform.counts()
+    assert counts["completed"] == 3 and counts["duplicates"] == 0, counts
+    assert started[2] < platform.job(ids[1]).finished_at  # before the second result was in
 
 
 def test_a_result_that_stops_the_worker_keeps_its_slot_until_it_is_in(make_platform, records) -> None:

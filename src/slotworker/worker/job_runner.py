@@ -344,6 +344,8 @@ class JobRunner:
                 log.exception("LOST: internal error while posting the result", extra={"job_id": job_id})
                 self._count_lost()
             finally:
+                if self.poster is not None:
+                    self.poster.settle()
                 self.registry.remove(running)
                 on_exit()
         return _Final(post, stop_pod)

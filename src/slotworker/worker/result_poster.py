@@ -106,6 +106,8 @@ class ResultPoster(QueueThreads):
         self._idle = 0  # threads waiting for a task, or about to
         self._aside = 0  # threads waiting to retry a task
         self._failing = 0  # threads whose task has waited to retry at least once
+        #: Called, outside the poster's lock, when no result waits to retry any more.
+        self.on_settled: Optional[Callable[[], None]] = None
         now = time.monotonic()
         self._last_take = now  # when a poster last took a task ...
         self._last_waited = 0.0  # ... and how long that task had waited
@@ -135,6 +137,24 @@ class ResultPoster(QueueThreads):
     def retrying(self) -> bool:
         """True from a result's first failed post until it is in or given up on."""
         return self._failing > 0
+
+    def settle(self) -> None:
+        """The calling task's result is in, or given up on: it no longer counts as retrying.
+
+        Called from a task before it ends its job, so that what waits for
+        the retries to end (:attr:`on_settled`) sees them over when the job
+        is. Does nothing for a task that never waited to retry.
+        """
+        if getattr(self._local, "failing", False):
+            self._local.failing = False
+            self._unfail()
+
+    def _unfail(self) -> None:
+        with self._lock:
+            self._failing -= 1
+            settled = self._failing == 0
+        if settled and self.on_settled is not None:
+            self.on_settled()
 
     def step_aside(self, wait: Callable[[], None]) -> None:
         """Run ``wait()`` (a task waiting to retry) with this thread not counted as at work.
@@ -358,9 +378,11 @@ class ResultPoster(QueueThreads):
             if waiting() > self._idle:
                 self._behind()
             item[1]()
+            if self._local.failing:  # a task that did not settle()
+                self._local.failing = False
+                self._unfail()
             with lock:
                 self._idle += 1
-                self._failing -= self._local.failing
                 took = time.monotonic() - now - self._local.aside
                 average = self._post_seconds
                 self._post_seconds = took if average is None else average + 0.3 * (took - average)

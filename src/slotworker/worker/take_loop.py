@@ -88,11 +88,15 @@ class TakeLoop:
         self.pending: Deque[Any] = collections.deque()
         # Results queued or being posted whose jobs gave their slots back. Guarded by _mutex.
         self._posting = 0
-        # Jobs whose results are queued to post but found the backlog full:
-        # each gives its slot back as one of those posts ends, oldest first,
-        # unless its own is in first (then it is no longer _QUEUED and is
-        # skipped). Guarded by _mutex.
+        # Jobs whose results are queued to post but found the backlog full
+        # (or others waiting before them): each gives its slot back, oldest
+        # first, as the backlog has room again, unless its own post ends
+        # first (then it leaves the queue). Each holds a slot, so there are
+        # never more than the slots. Guarded by _mutex.
         self._queued: Deque["_SlotHold"] = collections.deque()
+        self.given_back_queued = 0  # slots given back from that queue (tests count these)
+        if runner.poster is not None:  # retries over: what waited for them may go
+            runner.poster.on_settled = self._retries_over
         # One thread per slot in use; the slot counter bounds how many jobs run.
         self.threads = JobThreads(self._job_thread)
         self.loops = 0       # fetch-loop turns (tests count these)
@@ -299,9 +303,10 @@ class TakeLoop:
         with self.job_exited:
             if hold.state is not _HOLDING:
                 return
-            if self._posting >= backlog:
-                hold.state = _QUEUED  # a result posting ends first, or this one's post does
+            if self._queued or self._posting >= backlog:
+                hold.state = _QUEUED  # behind those queued before it
                 self._queued.append(hold)
+                self._give_back_queued_locked(ended)
                 return
             self._give_back_locked(hold, ended)
 
@@ -321,28 +326,27 @@ class TakeLoop:
                 if any(wanted() for wanted in self._wake_when):
                     self.job_exited.notify_all()
             else:  # _HOLDING, or _QUEUED: its own post ended first
-                queued = hold.state is _QUEUED
+                if hold.state is _QUEUED:
+                    self._queued.remove(hold)  # at most one per slot
                 hold.state = _OVER
-                if queued:  # the queue skips it; drop it now if it is first
-                    while self._queued and self._queued[0].state is not _QUEUED:
-                        self._queued.popleft()
                 self._free_slot_locked(hold.started, ended)
 
+    def _retries_over(self) -> None:
+        """No result waits to retry any more: queued results may give their slots back."""
+        with self.job_exited:
+            self._give_back_queued_locked(time.monotonic())
+
     def _give_back_queued_locked(self, now: float) -> None:
-        """Give back the slots of queued results while the backlog has room (hold ``_mutex``).
+        """Give back the slots of queued results, oldest first, while the backlog has room (hold ``_mutex``).
 
         Not while a result waits to retry, as for a result just queued.
         """
         queued, backlog = self._queued, self._backlog()
-        if not queued or self.runner.poster is None:
+        if not queued or self._posting >= backlog or self.runner.poster is None or self.runner.poster.retrying:
             return
         while queued and self._posting < backlog:
-            if queued[0].state is not _QUEUED:
-                queued.popleft()
-            elif self.runner.poster.retrying:
-                return
-            else:
-                self._give_back_locked(queued.popleft(), now)
+            self._give_back_locked(queued.popleft(), now)
+            self.given_back_queued += 1
 
     def _free_slot_locked(self, started: float, ended: float) -> None:
         """Give a job's slot back and start what waits (hold ``_mutex``)."""
