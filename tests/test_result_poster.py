@@ -448,7 +448,7 @@ def test_a_queued_result_gives_its_slot_back_once_the_retried_result_ahead_is_in
     # queued second gives its slot to the third job, long before its own
     # slow post is answered.
     faults = ScriptedPosts(routes={"done"})
-    faults.script = [("error", 0.3), (None, 3.0)]  # the first result's first try; the second result
+    faults.script = [("error", 1.0), (None, 4.0)]  # the first result's first try; the second result
     platform = make_platform(faults=faults)
     ids = [platform.submit({"i": i}) for i in range(3)]
     started: Dict[int, float] = {}
