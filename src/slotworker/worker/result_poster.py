@@ -145,11 +145,9 @@ class ResultPoster(QueueThreads):
         the retries to end (:attr:`on_settled`) sees them over when the job
         is. Does nothing for a task that never waited to retry.
         """
-        if getattr(self._local, "failing", False):
-            self._local.failing = False
-            self._unfail()
-
-    def _unfail(self) -> None:
+        if not getattr(self._local, "failing", False):
+            return
+        self._local.failing = False
         with self._lock:
             self._failing -= 1
             settled = self._failing == 0
@@ -378,9 +376,7 @@ class ResultPoster(QueueThreads):
             if waiting() > self._idle:
                 self._behind()
             item[1]()
-            if self._local.failing:  # a task that did not settle()
-                self._local.failing = False
-                self._unfail()
+            self.settle()  # for a task that did not settle itself
             with lock:
                 self._idle += 1
                 took = time.monotonic() - now - self._local.aside

@@ -341,9 +341,10 @@ class TakeLoop:
 
         Not while a result waits to retry, as for a result just queued.
         """
-        queued, backlog = self._queued, self._backlog()
-        if not queued or self._posting >= backlog or self.runner.poster is None or self.runner.poster.retrying:
+        queued, poster = self._queued, self.runner.poster
+        if not queued or poster is None or poster.retrying:
             return
+        backlog = self._backlog()
         while queued and self._posting < backlog:
             self._give_back_locked(queued.popleft(), now)
             self.given_back_queued += 1
