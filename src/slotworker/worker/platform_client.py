@@ -2,7 +2,7 @@
 
 One pooled :class:`requests.Session` per role (take, and heartbeat with the
 stop channel); result posts, one or more per job, go out on each posting
-thread's own keep-alive connection (:mod:`.post_connections`). None retries
+thread's own keep-alive connection (:mod:`.thread_connections`). None retries
 on its own: the fetch loop owns the takes' backoff and :func:`deliver` is
 the one retry loop of result posts, so the grace deadline bounds every
 attempt. Every call has a timeout.
@@ -25,7 +25,7 @@ from .._version import __version__
 from ..backoff import Backoff
 from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
 from .lifecycle import Lifecycle
-from .post_connections import PostConnections, SendFailed
+from .thread_connections import ThreadConnections, SendFailed
 
 log = logging.getLogger("slotworker")
 
@@ -102,7 +102,7 @@ class PlatformClient:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._take = _session(settings.api_key, 4)
-        self._connections = PostConnections()
+        self._connections = ThreadConnections()
         # What session.post() sent: requests' own defaults (Accept, Connection),
         # ours, and the form type and charset runpod sends.
         self._post_headers = {**requests.utils.default_headers(), **_headers(settings.api_key),
@@ -154,7 +154,7 @@ class PlatformClient:
     # -- results ------------------------------------------------------------
     def _post_json(self, url: str, job_id: str, body: bytes, timeout: Timeout) -> None:
         # Sent on the calling thread's own keep-alive connection
-        # (post_connections): the headers and bytes of session.post() on the
+        # (thread_connections): the headers and bytes of session.post() on the
         # wire, without a pool, PreparedRequest or Response around them. The
         # templates were quoted once, as requests would quote every URL; job
         # ids and queries are quoted when built.

@@ -14,8 +14,8 @@ import pytest
 
 from slotworker.config import Settings
 from slotworker.worker.platform_client import PlatformClient, PlatformError, Rejected
-from slotworker.worker.post_connections import PostConnections, Refused, SendFailed
-from slotworker.worker import post_connections
+from slotworker.worker.thread_connections import ThreadConnections, Refused, SendFailed
+from slotworker.worker import thread_connections
 from support import TLS_CERT, TLS_KEY, wait_for
 
 CERT, KEY = TLS_CERT, TLS_KEY
@@ -104,7 +104,7 @@ def servers() -> Iterator[Any]:
 
 def test_one_thread_posts_on_one_kept_alive_connection(servers):
     server = servers()
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         for i in range(20):
             assert conns.post(f"{server.url}/done/j{i}?isStream=false", b"{}", HEADERS, TIMEOUT) == (200, "")
@@ -117,7 +117,7 @@ def test_one_thread_posts_on_one_kept_alive_connection(servers):
 def test_the_answer_time_is_how_long_the_platform_took_to_answer(servers):
     release = threading.Event()
     server = servers(hold=release)
-    conns = PostConnections()
+    conns = ThreadConnections()
     assert conns.answer_seconds() is None
     poster = threading.Thread(target=conns.post, args=(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT))
     began = time.monotonic()
@@ -135,13 +135,13 @@ def test_the_answer_time_is_how_long_the_platform_took_to_answer(servers):
 
 def test_the_answer_time_is_the_quickest_recent_answer_and_old_ones_lapse(servers, monkeypatch):
     server = servers()
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         for i in range(40):  # more than the ring holds
             assert conns.post(f"{server.url}/done/j{i}", b"{}", HEADERS, TIMEOUT)[0] == 200
         answer = conns.answer_seconds()
         assert answer is not None and 0 < answer < 0.5
-        monkeypatch.setattr(post_connections, "ANSWER_FRESH_SECONDS", 0.05)
+        monkeypatch.setattr(thread_connections, "ANSWER_FRESH_SECONDS", 0.05)
         assert wait_for(lambda: conns.answer_seconds() is None, 10)
     finally:
         conns.close()
@@ -149,7 +149,7 @@ def test_the_answer_time_is_the_quickest_recent_answer_and_old_ones_lapse(server
 
 def test_each_thread_has_its_own_connection(servers):
     server = servers()
-    conns = PostConnections()
+    conns = ThreadConnections()
     barrier = threading.Barrier(4)
     failures: List[BaseException] = []
 
@@ -176,7 +176,7 @@ def test_a_connection_the_platform_closed_is_replaced_before_the_next_post(serve
     # The server closes after each answer without "Connection: close": the
     # next post must see that and open a new connection, not fail on the old.
     server = servers(close_after=True)
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         for i in range(5):
             assert conns.post(f"{server.url}/done/j{i}", b"{}", HEADERS, TIMEOUT) == (200, "")
@@ -189,7 +189,7 @@ def test_a_connection_the_platform_closed_is_replaced_before_the_next_post(serve
 
 def test_an_answer_that_says_connection_close_is_followed_by_a_new_connection(servers):
     server = servers(extra={"Connection": "close"})
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         for i in range(3):
             assert conns.post(f"{server.url}/done/j{i}", b"{}", HEADERS, TIMEOUT) == (200, "")
@@ -202,7 +202,7 @@ def test_an_answer_sent_before_the_body_was_read_is_the_answer(servers):
     # As the platform answers a body over its limit: 413 at once, then close.
     # Sending the rest fails; the answer is still read and reported.
     server = servers(answer=(413, b'{"error": "body is over the limit"}', None), early=True)
-    conns = PostConnections()
+    conns = ThreadConnections()
     big = b"x" * (32 * 1024 * 1024)
     try:
         status, text = conns.post(f"{server.url}/done/j1", big, dict(HEADERS, **{"Content-Length": str(len(big))}),
@@ -217,7 +217,7 @@ def test_an_answer_sent_before_the_body_was_read_is_the_answer(servers):
 def test_an_answer_that_never_comes_is_a_send_failure_after_the_read_timeout(servers):
     release = threading.Event()
     server = servers(hold=release)
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         with pytest.raises(SendFailed, match="timed out"):
             conns.post(f"{server.url}/done/j1", b"{}", HEADERS, (5.0, 0.3))
@@ -229,7 +229,7 @@ def test_an_answer_that_never_comes_is_a_send_failure_after_the_read_timeout(ser
 
 def test_close_closes_the_connections_and_later_posts_fail(servers):
     server = servers()
-    conns = PostConnections()
+    conns = ThreadConnections()
     assert conns.post(f"{server.url}/a", b"{}", HEADERS, TIMEOUT)[0] == 200
     conns.close()
     assert server.answered.acquire(timeout=10)  # the server saw the connection end
@@ -241,7 +241,7 @@ def test_close_closes_the_connections_and_later_posts_fail(servers):
 def test_close_during_a_post_lets_it_finish_and_then_closes_its_connection(servers):
     release = threading.Event()
     server = servers(hold=release)
-    conns = PostConnections()
+    conns = ThreadConnections()
     results: List[Any] = []
     poster = threading.Thread(target=lambda: results.append(
         conns.post(f"{server.url}/a", b"{}", HEADERS, TIMEOUT)))
@@ -258,7 +258,7 @@ def test_close_during_a_post_lets_it_finish_and_then_closes_its_connection(serve
 
 def test_an_error_answer_is_read_as_text_even_when_gzipped(servers):
     server = servers(answer=(400, gzip.compress(b'{"error": "no such job"}'), "gzip"))
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         status, text = conns.post(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT)
         # and the connection is still good for the next post
@@ -273,14 +273,14 @@ def test_nothing_listening_is_a_send_failure(servers):
     server = servers()
     url = server.url
     server.close()
-    conns = PostConnections()
+    conns = ThreadConnections()
     with pytest.raises(SendFailed):
         conns.post(f"{url}/done/j1", b"{}", HEADERS, (2.0, 2.0))
 
 
 def test_a_header_http_client_refuses_is_refused_before_anything_is_sent(servers):
     server = servers()
-    conns = PostConnections()
+    conns = ThreadConnections()
     try:
         with pytest.raises(Refused):
             conns.post(f"{server.url}/done/j1", b"{}", dict(HEADERS, **{"X-Request-ID": "a\nb"}), TIMEOUT)
@@ -299,11 +299,11 @@ def test_https_posts_trust_requests_ca_bundle_and_nothing_else(servers, monkeypa
                             server_hostname="127.0.0.1"):
         pass
     # ... a result post does not: it checks against requests' bundle (certifi's) only.
-    conns = PostConnections()
+    conns = ThreadConnections()
     with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):
         conns.post(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT)
     # Given a bundle with it, the same post goes through, on a verified connection.
-    trusting = PostConnections(ca_bundle=CERT)
+    trusting = ThreadConnections(ca_bundle=CERT)
     try:
         assert trusting.post(f"{server.url}/done/j2", b"{}", HEADERS, TIMEOUT) == (200, "")
     finally:
@@ -314,7 +314,7 @@ def test_https_posts_trust_requests_ca_bundle_and_nothing_else(servers, monkeypa
 def test_an_https_post_to_a_host_the_certificate_does_not_name_is_refused(servers):
     # The certificate names 127.0.0.1 and localhost; this server answers on 127.0.0.2.
     server = servers(tls=True, host="127.0.0.2")
-    trusting = PostConnections(ca_bundle=CERT)
+    trusting = ThreadConnections(ca_bundle=CERT)
     with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):
         trusting.post(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT)
     trusting.close()

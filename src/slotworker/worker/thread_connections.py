@@ -1,7 +1,7 @@
 """Result posts over each thread's own keep-alive connection (``http.client``).
 
 A result post is the one request the worker sends per job, from one of a
-few poster threads. :class:`PostConnections` gives every thread that posts
+few poster threads. :class:`ThreadConnections` gives every thread that posts
 its own persistent :class:`http.client.HTTPConnection` per origin, so a
 post needs no pool and no wrapper objects around the standard library's:
 about 0.13 ms of CPU a post on the local platform, against 0.2 ms through
@@ -30,7 +30,7 @@ from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
 Timeout = Tuple[float, float]
 
-#: Answer times kept for :meth:`PostConnections.answer_seconds`, and how long (seconds) one counts.
+#: Answer times kept for :meth:`ThreadConnections.answer_seconds`, and how long (seconds) one counts.
 ANSWERS_KEPT = 16
 ANSWER_FRESH_SECONDS = 1.0
 
@@ -62,7 +62,7 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(poller.poll(0))
 
 
-class PostConnections:
+class ThreadConnections:
     """Each thread's own keep-alive connection per origin, for result posts."""
 
     def __init__(self, ca_bundle: str = DEFAULT_CA_BUNDLE_PATH) -> None:
@@ -222,4 +222,4 @@ def _text(data: bytes, encoding: Optional[str]) -> str:
     return data.decode("utf-8", "replace")
 
 
-__all__ = ["PostConnections", "SendFailed", "Refused"]
+__all__ = ["ThreadConnections", "SendFailed", "Refused"]
