@@ -1,18 +1,23 @@
-"""Result posts over each thread's own keep-alive connection (``http.client``).
+"""Requests over each thread's own keep-alive connection (``http.client``).
 
-A result post is the one request the worker sends per job, from one of a
-few poster threads. :class:`ThreadConnections` gives every thread that posts
-its own persistent :class:`http.client.HTTPConnection` per origin, so a
-post needs no pool and no wrapper objects around the standard library's:
-about 0.13 ms of CPU a post on the local platform, against 0.2 ms through
-urllib3's pool with its retry, timeout and response objects. The request
-on the wire is the same: the headers given, and ``Host`` as urllib3 sends
-it. The headers and the body are sent under the connect timeout, as urllib3
-sends them; the answer is waited for under the read timeout.
+The worker's requests come from a few long-lived threads: result posts
+from the poster threads, one or more per job; takes from the fetch thread;
+the heartbeat's pings and the stop channel's polls, each from its own thread.
+:class:`ThreadConnections` gives every such thread its own persistent
+:class:`http.client.HTTPConnection` per origin, so a request needs no pool
+and no wrapper objects around the standard library's: about 0.13 ms of CPU
+a post on the local platform, against 0.2 ms through urllib3's pool with its
+retry, timeout and response objects, and 0.12-0.15 ms a ping, an empty
+stop poll or an empty take against 0.43-0.55 ms through a
+:class:`requests.Session`. The request on the wire is the same: the
+headers given, and ``Host`` as urllib3 sends it. The headers and the body
+are sent under the connect timeout, as urllib3 sends them; the answer is
+waited for under the read timeout.
 
 What is kept from requests: certificates are checked against its CA bundle
-(certifi's), redirects are never followed, and nothing is read from the
-environment (no proxy, no ``.netrc``): the API key goes only to the URL given.
+(certifi's), redirects are never followed, a gzip or deflate answer is
+decoded, and nothing is read from the environment (no proxy, no
+``.netrc``): the API key goes only to the URL given.
 """
 
 from __future__ import annotations
@@ -63,7 +68,11 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
 
 
 class ThreadConnections:
-    """Each thread's own keep-alive connection per origin, for result posts."""
+    """Each thread's own keep-alive connection per origin.
+
+    One instance per kind of request whose answer times belong together:
+    :meth:`answer_seconds` reads the answers of this instance's requests.
+    """
 
     def __init__(self, ca_bundle: str = DEFAULT_CA_BUNDLE_PATH) -> None:
         """``ca_bundle``: the certificates HTTPS posts trust (requests' bundle by default)."""
@@ -91,6 +100,21 @@ class ThreadConnections:
         short after a 2xx status line still counts: the platform has the
         result.
         """
+        status, data, encoding, _ = self._exchange("POST", url, body, headers, timeout)
+        return status, ("" if status < 300 else _decoded(data, encoding).decode("utf-8", "replace"))
+
+    def get(self, url: str, headers: Dict[str, str], timeout: Timeout) -> Tuple[int, bytes, str]:
+        """GET ``url``; the status, the answer's body (decoded if gzipped), and its Content-Type.
+
+        Raises as :meth:`post` does, and :class:`SendFailed` too when the
+        body cannot be read in full.
+        """
+        status, data, encoding, content_type = self._exchange("GET", url, None, headers, timeout)
+        return status, _decoded(data, encoding), content_type
+
+    def _exchange(self, method: str, url: str, body: Optional[bytes], headers: Dict[str, str],
+                  timeout: Timeout) -> Tuple[int, bytes, Optional[str], str]:
+        """One request on the calling thread's connection: status, raw body, Content-Encoding, Content-Type."""
         origin, path = _split(url)
         conns = self._local.__dict__
         conn: Optional[http.client.HTTPConnection] = None
@@ -102,7 +126,7 @@ class ThreadConnections:
                 if conn is None:
                     conns[origin] = conn = self._connection(origin)
                 self._busy.add(conn)
-            return self._send(conn, path, body, headers, timeout)
+            return self._send(conn, method, path, body, headers, timeout)
         except BaseException:
             if conn is not None:
                 # Closed, and a new one next time: http.client keeps the lines
@@ -133,8 +157,8 @@ class ThreadConnections:
         fresh = [sample[1] for sample in self._answers if sample is not None and sample[0] >= since]
         return min(fresh) if fresh else None
 
-    def _send(self, conn: http.client.HTTPConnection, path: str, body: bytes,
-              headers: Dict[str, str], timeout: Timeout) -> Tuple[int, str]:
+    def _send(self, conn: http.client.HTTPConnection, method: str, path: str, body: Optional[bytes],
+              headers: Dict[str, str], timeout: Timeout) -> Tuple[int, bytes, Optional[str], str]:
         try:
             if conn.sock is not None and _dropped(conn):
                 conn.close()
@@ -145,7 +169,7 @@ class ThreadConnections:
                 conn.sock.settimeout(timeout[0])
             sent = time.monotonic()  # before writing: a GIL wait after the write only adds
             try:
-                conn.request("POST", path, body, headers)
+                conn.request(method, path, body, headers)
             except (BrokenPipeError, ConnectionResetError):
                 # The platform may answer before it has read the whole body (a
                 # 413 for one over its limit) and close: read that answer.
@@ -164,12 +188,12 @@ class ThreadConnections:
         status = response.status
         try:
             data = response.read()
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as exc:
             conn.close()
+            if method != "POST":  # a post's status is its answer; a GET's is in its body
+                raise SendFailed(f"the answer's body could not be read: {type(exc).__name__}: {exc}") from exc
             data = b""
-        if status < 300:
-            return status, ""
-        return status, _text(data, response.getheader("Content-Encoding"))
+        return status, data, response.getheader("Content-Encoding"), response.getheader("Content-Type", "")
 
     def _connection(self, origin: str) -> http.client.HTTPConnection:  # (hold _lock)
         scheme, _, netloc = origin.partition("://")
@@ -209,8 +233,8 @@ class ThreadConnections:
             conn.close()
 
 
-def _text(data: bytes, encoding: Optional[str]) -> str:
-    """An error answer's body as text, undoing the gzip or deflate we said we accept."""
+def _decoded(data: bytes, encoding: Optional[str]) -> bytes:
+    """An answer's body with the gzip or deflate we said we accept undone."""
     if encoding and encoding.strip().lower() in ("gzip", "deflate", "x-gzip"):
         try:
             data = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(data)
@@ -219,7 +243,7 @@ def _text(data: bytes, encoding: Optional[str]) -> str:
                 data = zlib.decompress(data, -zlib.MAX_WBITS)  # raw deflate, as some servers send it
             except zlib.error:
                 pass
-    return data.decode("utf-8", "replace")
+    return data
 
 
 __all__ = ["ThreadConnections", "SendFailed", "Refused"]
