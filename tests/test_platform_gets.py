@@ -14,6 +14,7 @@ import gzip
 import json
 import socket
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -21,7 +22,7 @@ import pytest
 import requests
 
 from slotworker.config import Settings
-from slotworker.worker.platform_client import BadResponse, PlatformClient, PlatformError, _headers
+from slotworker.worker.platform_client import BadResponse, PlatformClient, PlatformError, Throttled, _headers
 
 API_KEY = "gets-test-key"
 
@@ -125,14 +126,16 @@ def test_each_get_sends_the_request_line_and_headers_requests_sent(server, clien
          f"{settings.ping_url}?job_id=job-1,job+2&runpod_version=1.12.0"),
         (client.poll_stop, settings.job_stop_url),
     ]
+    lines = []
     for ours, url in calls:
         server.seen.clear()
         ours()
         session_get(url)
         (line_ours, headers_ours, _), (line_theirs, headers_theirs, _) = server.seen
-        assert line_ours == line_theirs  # quoting included: "A 100" goes out as A%20100
+        assert line_ours == line_theirs  # quoting included
         assert headers_ours == headers_theirs  # names, values and order, Host first
-    assert "%20" in server.seen[0][0] or "job-stop" in server.seen[0][0]
+        lines.append(line_ours)
+    assert lines[0].startswith("GET /v2/ep/job-take-batch/w1?gpu=A%20100&")  # "A 100" quoted as requests quotes it
 
 
 def test_the_gets_of_one_thread_share_one_kept_alive_connection(server, client):
@@ -150,6 +153,11 @@ def test_a_take_reads_gzip_and_chunked_answers(server, client):
     assert client.take(50, False) == jobs
     server.answer = Answer(200, json.dumps(jobs).encode(), {"Content-Type": "application/json"}, chunked=True)
     assert client.take(50, False) == jobs
+    text = json.dumps(jobs).encode()  # two gzip members, as a proxy may join them: both are read
+    server.answer = Answer(200, gzip.compress(text[:100]) + gzip.compress(text[100:]), {"Content-Encoding": "gzip"})
+    assert client.take(50, False) == jobs
+    server.answer = Answer(200, zlib.compress(text), {"Content-Encoding": "deflate"})
+    assert client.take(50, False) == jobs
 
 
 def test_a_byte_that_is_not_utf8_does_not_lose_the_take(server, client):
@@ -162,6 +170,9 @@ def test_a_byte_that_is_not_utf8_does_not_lose_the_take(server, client):
 
 def test_a_take_honours_the_charset_the_answer_names(server, client):
     jobs = [{"id": "j1", "input": {"text": "déjà vu"}}]
+    server.answer = Answer(200, json.dumps(jobs, ensure_ascii=False).encode("latin-1"),
+                           {"Content-Type": "application/json; charset=iso-8859-1"})
+    assert client.take(1, False) == jobs
     server.answer = Answer(200, json.dumps(jobs, ensure_ascii=False).encode("utf-16"),
                            {"Content-Type": "application/json; charset=utf-16"})
     assert client.take(1, False) == jobs
@@ -209,3 +220,14 @@ def test_a_stop_poll_reads_a_gzipped_answer_and_a_ping_returns_its_status(server
             nobody.poll_stop()
     finally:
         nobody.close()
+
+
+def test_a_throttled_take_or_stop_poll_says_so_and_a_stop_poll_that_is_not_json_is_an_error(server, client):
+    server.answer = Answer(429, b"slow down")
+    with pytest.raises(Throttled):
+        client.take(1, False)
+    with pytest.raises(Throttled):
+        client.poll_stop()
+    server.answer = Answer(200, b"<html></html>", {"Content-Type": "text/html"})
+    with pytest.raises(BadResponse):
+        client.poll_stop()

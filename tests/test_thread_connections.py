@@ -343,3 +343,14 @@ def test_the_client_reports_a_refused_result_with_the_platforms_words(servers):
         assert not isinstance(failed.value, Rejected)
     finally:
         client.close()
+
+
+def test_a_query_with_no_path_and_a_fragment_are_sent_as_requests_sends_them(servers):
+    server = servers()
+    conns = ThreadConnections()
+    try:
+        assert conns.post(f"{server.url}?isStream=false", b"{}", HEADERS, TIMEOUT)[0] == 200
+        assert conns.post(f"{server.url}/done/j1?isStream=false#part", b"{}", HEADERS, TIMEOUT)[0] == 200
+    finally:
+        conns.close()
+    assert [path for _, path, _ in server.requests] == ["/?isStream=false", "/done/j1?isStream=false"]

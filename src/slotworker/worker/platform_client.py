@@ -217,12 +217,15 @@ class PlatformClient:
 
 
 def _text(body: bytes, content_type: str) -> str:
-    """An answer's body as text, decoded as requests' ``Response.json()`` would.
+    """An answer's body as text, decoded by the rules of requests' ``Response.json()``.
 
     The charset the answer names, or the one requests assumes for its
-    type; else the UTF encoding that JSON text's first bytes show. Bytes
-    that do not decode become U+FFFD, as in ``Response.text``, so one bad
-    byte in a job's input does not make a whole take unreadable.
+    type (UTF-8 for JSON); else the UTF encoding that JSON text's first
+    bytes show. Bytes that do not decode become U+FFFD, as in
+    ``Response.text``, so one bad byte in a job's input does not make a
+    whole take unreadable. (Where the answer names no type at all and its
+    bytes are not UTF-8, requests guessed a charset from them; this does
+    not guess.)
     """
     encoding = get_encoding_from_headers({"content-type": content_type}) or guess_json_utf(body) or "utf-8"
     try:

@@ -49,11 +49,14 @@ class Refused(ValueError):
 
 
 def _split(url: str) -> Tuple[str, str]:
-    """``(scheme://host:port, path?query)`` of an absolute URL."""
-    end = url.find("/", url.find("//") + 2)
+    """``(scheme://host:port, path?query)`` of an absolute URL, without its fragment."""
+    url = url.split("#", 1)[0]  # a fragment is not sent, as requests does not send it
+    start = url.find("//") + 2
+    end = min((i for i in (url.find("/", start), url.find("?", start)) if i >= 0), default=-1)
     if end < 0:
         return url, "/"
-    return url[:end], url[end:]
+    target = url[end:]
+    return url[:end], target if target.startswith("/") else "/" + target
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
@@ -234,16 +237,29 @@ class ThreadConnections:
 
 
 def _decoded(data: bytes, encoding: Optional[str]) -> bytes:
-    """An answer's body with the gzip or deflate we said we accept undone."""
-    if encoding and encoding.strip().lower() in ("gzip", "deflate", "x-gzip"):
-        try:
-            data = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(data)
-        except zlib.error:
+    """An answer's body with the gzip or deflate we said we accept undone.
+
+    Every gzip member is decoded, not only the first, and bytes after the
+    last one that do not decode are dropped, as urllib3 does. A body that
+    does not decode at all is returned as it came (its reader then says it
+    is not what the protocol says).
+    """
+    if not encoding or encoding.strip().lower() not in ("gzip", "deflate", "x-gzip"):
+        return data
+    parts: List[bytes] = []
+    rest = data
+    try:
+        while rest:
+            member = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by its header
+            parts.append(member.decompress(rest) + member.flush())
+            rest = member.unused_data
+    except zlib.error:
+        if not parts:
             try:
-                data = zlib.decompress(data, -zlib.MAX_WBITS)  # raw deflate, as some servers send it
+                return zlib.decompress(data, -zlib.MAX_WBITS)  # raw deflate, as some servers send it
             except zlib.error:
-                pass
-    return data
+                return data
+    return b"".join(parts)
 
 
 __all__ = ["ThreadConnections", "SendFailed", "Refused"]
