@@ -218,18 +218,3 @@ def test_generator_output_arrives_in_order_before_the_final_result(platform):
         assert mine[-1].query.get("isStream") == "true"
         assert all(e.t_end <= mine[-1].t_start for e in mine[:-1])
         assert platform.status(job_id)["output"] == []
-
-
-def test_threads_for_the_slots_a_take_reserves_are_started_before_it_is_answered(platform):
-    gate = Gate()
-    with WorkerThread(platform, gate.enter, concurrency=8) as wt:
-        loop = wt.worker.take_loop
-        # An idle worker's take is out (long-polling) before any job exists:
-        # the threads for its 8 reserved slots already wait.
-        assert wait_for(lambda: loop.takes >= 1, DEADLINE)
-        assert len(loop.threads) == 8
-        ids = [platform.submit({"i": i}) for i in range(8)]
-        assert gate.wait_started(8, DEADLINE)
-        gate.open_all()
-        assert platform.wait_final(ids, DEADLINE)
-        assert len(loop.threads) == 8  # none more: the count still follows the slots

@@ -7,12 +7,7 @@ whenever no thread is idle at the moment of a submit — in a burst, that is
 whenever a thread has given its slot back but not yet returned to the queue,
 so the pool creeps towards its maximum. Here the number of threads follows
 the slots: a job is submitted holding its slot, and a thread is started
-only while there are fewer threads than slots in use. The fetch loop also
-starts them for the slots it reserves before a take goes out
-(:meth:`JobThreads.ensure`), so that the answer's jobs find their threads
-waiting: an idle worker's take is sent long before a burst fills it, and
-starting 1,024 threads as its jobs arrive took 0.14 s of the fetch thread,
-by which much the next take was late.
+only while there are fewer threads than slots in use.
 """
 
 from __future__ import annotations
@@ -48,22 +43,6 @@ class JobThreads(QueueThreads):
                             raise
                         # Queued: a thread already started takes it when free.
                         log.warning("could not start a job thread (%s); the job waits for one", exc)
-
-    def ensure(self, count: int) -> None:
-        """Have at least ``count`` threads (the slots in use or reserved), starting what is missing.
-
-        A thread that cannot start is logged and left: :meth:`submit` tries
-        again when a job needs it.
-        """
-        if len(self._threads) >= count:
-            return
-        with self._lock:
-            while len(self._threads) < count and not self._closed:
-                try:
-                    self._start_thread_locked(self._serve)
-                except RuntimeError as exc:
-                    log.warning("could not start a job thread ahead of a take (%s)", exc)
-                    return
 
     def _serve(self) -> None:
         get, target = self._queue.get, self._target

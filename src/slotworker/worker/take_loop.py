@@ -217,7 +217,6 @@ class TakeLoop:
             # Slots free now are reserved for this take, so nothing else can
             # oversubscribe them; jobs asked beyond them wait for a slot.
             reserved = self.slots.try_acquire(min(want, snapshot.free)) if snapshot.free else 0
-            self.threads.ensure(self.slots.in_use)  # threads for those slots, before the answer
             started = time.monotonic()
             try:
                 jobs = self._take(want, reserved)
