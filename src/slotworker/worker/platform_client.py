@@ -28,7 +28,7 @@ from .._version import __version__
 from ..backoff import Backoff
 from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
 from .lifecycle import Lifecycle
-from .thread_connections import SendFailed, ThreadConnections
+from .thread_connections import BodyLost, SendFailed, ThreadConnections
 
 log = logging.getLogger("slotworker")
 
@@ -120,8 +120,16 @@ class PlatformClient:
         The jobs are returned as the platform sent them: checking each one
         is the caller's job, so one malformed job cannot hide the others.
         """
-        status, body, content_type = self._get(requote_uri(self.settings.take_url(n, job_in_progress)),
-                                               "take", TAKE_TIMEOUT)
+        try:
+            status, body, content_type = self._get(requote_uri(self.settings.take_url(n, job_in_progress)),
+                                                   "take", TAKE_TIMEOUT)
+        except PlatformError as exc:
+            if isinstance(exc.__cause__, BodyLost):
+                # The platform answered, so it may have handed out jobs in the
+                # body that never arrived: said as loudly as a body it sent wrong.
+                raise BadResponse(f"LOST?: the take's answer was cut short ({exc.__cause__}); jobs in it "
+                                  "will not run here (the platform requeues them on its job timeout)") from exc
+            raise
         if status == 204 or status == 400:  # 400: FlashBoot, no job
             return []
         if status == 429:

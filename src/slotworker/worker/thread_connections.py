@@ -44,6 +44,10 @@ class SendFailed(Exception):
     """The request could not be sent or its answer not read (the connection is closed)."""
 
 
+class BodyLost(SendFailed):
+    """The answer's status came but its body could not be read in full (a GET's)."""
+
+
 class Refused(ValueError):
     """``http.client`` will not write this request (a header or path it cannot send)."""
 
@@ -194,7 +198,7 @@ class ThreadConnections:
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             if method != "POST":  # a post's status is its answer; a GET's is in its body
-                raise SendFailed(f"the answer's body could not be read: {type(exc).__name__}: {exc}") from exc
+                raise BodyLost(f"the answer's body could not be read: {type(exc).__name__}: {exc}") from exc
             data = b""
         return status, data, response.getheader("Content-Encoding"), response.getheader("Content-Type", "")
 
@@ -262,4 +266,4 @@ def _decoded(data: bytes, encoding: Optional[str]) -> bytes:
     return b"".join(parts)
 
 
-__all__ = ["ThreadConnections", "SendFailed", "Refused"]
+__all__ = ["ThreadConnections", "SendFailed", "BodyLost", "Refused"]
