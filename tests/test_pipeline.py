@@ -45,6 +45,21 @@ def test_back_from_its_wait_it_takes_rather_than_wait_again() -> None:
     assert (n, look_again) == (1, None)
 
 
+def test_a_wave_whose_ends_spread_out_is_waited_for_whole_not_split() -> None:
+    now = 100.0
+    # 1,024 slots whose jobs end over 0.12 s, from 0.37 s after a take sent
+    # now would land: one take landing as the last ends beats one landing
+    # mid-wave, which would leave the other half idle a round trip more.
+    starts = [now - 1.0 + 0.5 + 0.37 + 0.12 * i / 1024 for i in range(1024)]
+    policy = learned(0.5, 1.0, starts)
+    n, look_again = policy._plan(Snapshot(free=0, in_use=1024, pending=0), now)
+    assert n == 0 and look_again is not None
+    assert look_again - now >= 0.49  # (the whole wave ends by now + 0.5 + 0.49)
+    # Back at that time, the one take asks for the whole wave.
+    n, _ = policy._plan(Snapshot(free=0, in_use=1024, pending=0), look_again, waited=True)
+    assert n == 1024
+
+
 def test_slots_freeing_steadily_are_taken_at_once() -> None:
     now = 100.0
     # 16 slots, one job ending every 1/16 s from now on: waiting never gathers

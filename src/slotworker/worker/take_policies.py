@@ -188,10 +188,13 @@ class PipelinePolicy(TakePolicy):
     waiting: a take sent now lands at ``now + rtt`` with ``n0`` jobs' worth
     of free slots; waiting ``d`` more lands ``Δ(d)`` more jobs at once (those
     expected to end in the meantime), which a take sent now would leave idle
-    until the next take lands one round trip later. Waiting wins when some
-    ``Δ(d) · (rtt - d) > n0 · d``: a whole batch about to end is worth a short
-    wait, while slots freeing at a steady rate are taken at once, back to
-    back. A job taken and waiting for a slot counts as starting when the
+    until the next take lands one round trip later, but it delays the next
+    job of every one of the ``C`` slots (and every take after) by ``d``.
+    Waiting wins when some ``Δ(d) · rtt > C · d``, that is while slots free
+    faster than ``C`` per round trip: a whole batch about to end is worth a
+    short wait, and so is the rest of a wave whose ends spread out (at
+    1,024 slots, over the 0.1 s or so it takes to hand a wave out), while
+    slots freeing at a steady rate are taken at once, back to back. A job taken and waiting for a slot counts as starting when the
     running job expected to end first does (one that keeps its slot while
     its result waits past the ``post_backlog``, say), so a take sent
     then asks for its slot too.
@@ -281,11 +284,14 @@ class PipelinePolicy(TakePolicy):
         within = bisect.bisect_right(starts, landing + rtt - est)
         if waited and n0 > 0:
             return n0, None
-        base = max(n0, 0)
+        # Waiting `wait` lands the ends up to i with this take, each of which
+        # would otherwise wait a round trip for the next one; it delays every
+        # slot's next job (and every take after) by `wait`.
+        slots = snapshot.free + snapshot.in_use
         best_gain, best_wait = 0.0, None
         for i in range(by_landing, within):
             wait = starts[i] + est - landing
-            gain = (i - by_landing + 1) * (rtt - wait) - base * wait
+            gain = (i - by_landing + 1) * rtt - slots * wait
             if gain > best_gain:
                 best_gain, best_wait = gain, wait
         if best_wait is not None:
