@@ -134,14 +134,15 @@ class PlatformClient:
             return []
         if status == 429:
             raise Throttled("take throttled (429)")
+        text = _text(body, content_type)
         if status >= 300:
-            raise PlatformError(f"take answered {status}: {_text(body, content_type)[:200]!r}")
+            raise PlatformError(f"take answered {status}: {text[:200]!r}")
         if not body.strip():
             return []
         try:
-            jobs = json.loads(_text(body, content_type))
+            jobs = json.loads(text)
         except ValueError as exc:
-            raise BadResponse(f"take answered a body that is not JSON: {_text(body, content_type)[:200]!r}") from exc
+            raise BadResponse(f"take answered a body that is not JSON: {text[:200]!r}") from exc
         if isinstance(jobs, dict):
             return [jobs]
         if isinstance(jobs, list):

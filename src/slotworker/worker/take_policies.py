@@ -194,10 +194,11 @@ class PipelinePolicy(TakePolicy):
     faster than ``C`` per round trip: a whole batch about to end is worth a
     short wait, and so is the rest of a wave whose ends spread out (at
     1,024 slots, over the 0.1 s or so it takes to hand a wave out), while
-    slots freeing at a steady rate are taken at once, back to back. A job taken and waiting for a slot counts as starting when the
-    running job expected to end first does (one that keeps its slot while
-    its result waits past the ``post_backlog``, say), so a take sent
-    then asks for its slot too.
+    slots freeing at a steady rate are taken at once, back to back. A job
+    taken and waiting for a slot counts as starting when the running job
+    expected to end first does (one that keeps its slot while its result
+    waits past the ``post_backlog``, say), so a take sent then asks for its
+    slot too.
     Until it has seen a round trip it behaves as ``drain``; until it
     has ``MIN_SAMPLES`` run times it takes what is free, plus one batch
     ahead while the jobs it has seen ran shorter than a round trip.

@@ -113,8 +113,8 @@ class ThreadConnections:
     def get(self, url: str, headers: Dict[str, str], timeout: Timeout) -> Tuple[int, bytes, str]:
         """GET ``url``; the status, the answer's body (decoded if gzipped), and its Content-Type.
 
-        Raises as :meth:`post` does, and :class:`SendFailed` too when the
-        body cannot be read in full.
+        Raises as :meth:`post` does, and :class:`BodyLost` when the status
+        came but the body could not be read in full.
         """
         status, data, encoding, content_type = self._exchange("GET", url, None, headers, timeout)
         return status, _decoded(data, encoding), content_type
