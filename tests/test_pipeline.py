@@ -103,6 +103,25 @@ def test_a_wave_far_from_its_end_is_looked_at_one_round_trip_before_it() -> None
     assert n == 0 and abs(look_again - (now + 2.3)) < 1e-6
 
 
+def test_the_run_time_is_the_median_of_a_wave_so_its_last_slow_exits_do_not_make_the_next_take_late() -> None:
+    policy = PipelinePolicy()
+    policy.observe_take(1024, 1024, 0.5)
+    # A wave of 1,024 one-second jobs whose last tenth leave their slots up
+    # to 0.15 s late (their exits queue for one GIL), in the order they end.
+    for i in range(1024):
+        late = max(0, i - 921) * 0.15 / 102
+        policy.observe_exit(i * 1e-4, i * 1e-4 + 1.0 + late)
+    now = 100.0
+    for k in range(1024):  # the next wave: started over 10 ms, 0.2 s ago
+        policy.observe_start(now - 0.2 + k * 1e-5)
+    n, look_again = policy._plan(Snapshot(free=0, in_use=1024, pending=0), now)
+    # Its ends are due at about now + 0.81: look again one round trip before.
+    # (An average weighted to the latest exits, about 1.14 s, said now + 0.45.)
+    assert n == 0 and look_again is not None
+    assert 0.3 < look_again - now < 0.33
+    assert abs(policy.job_seconds - 1.0) < 1e-9
+
+
 def test_a_straggler_does_not_count_as_about_to_end() -> None:
     now = 100.0
     policy = learned(0.5, 1.0, [now - 5.0, now - 5.0])  # overdue by 4 s

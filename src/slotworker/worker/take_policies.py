@@ -180,13 +180,16 @@ class LookaheadPolicy(TakePolicy):
 class PipelinePolicy(TakePolicy):
     """Keep one take in flight, timed to land as slots free, sized to what will be free.
 
-    It learns the take's round trip ``rtt`` and a job's run time ``est``
-    (EWMAs; only full answers measure a round trip) and keeps every running
-    job's start, so a job is expected to end at ``start + est``. A job still
-    running more than ``SLACK`` × ``est`` past that is a straggler and not
-    counted. Each time the fetch thread looks, it weighs taking now against
-    waiting: a take sent now lands at ``now + rtt`` with ``n0`` jobs' worth
-    of free slots; waiting ``d`` more lands ``Δ(d)`` more jobs at once (those
+    It learns the take's round trip ``rtt`` (an EWMA; only full answers
+    measure one) and a job's run time ``est``, the median of the last wave's
+    run times (as many as there are slots): the jobs of a large wave leave
+    their slots in turn on one GIL, the last ones later, and an average
+    weighted to the latest exits would put every wave's end late. It keeps
+    every running job's start, so a job is expected to end at ``start +
+    est``. A job still running more than ``SLACK`` × ``est`` past that is a
+    straggler and not counted. Each time the fetch thread looks, it weighs
+    taking now against waiting: a take sent now lands at ``now + rtt`` with
+    ``n0`` jobs' worth of free slots; waiting ``d`` more lands ``Δ(d)`` more jobs at once (those
     expected to end in the meantime), which a take sent now would leave idle
     until the next take lands one round trip later, but it delays the next
     job of every one of the ``C`` slots (and every take after) by ``d``.
@@ -206,7 +209,8 @@ class PipelinePolicy(TakePolicy):
 
     name = "pipeline"
     TAKE_ALPHA = 0.3
-    JOB_ALPHA = 0.2
+    #: Run times kept: ``est`` is the median of the last wave's worth (the slots, at most this).
+    RUN_WINDOW = 4096
     #: A job overdue by more than this fraction of ``est`` no longer counts as about to end.
     SLACK = 0.25
     #: Land this long after the expected end, so the job has really left its slot.
@@ -221,6 +225,8 @@ class PipelinePolicy(TakePolicy):
         self.round_trip: Optional[float] = None
         self.job_seconds: Optional[float] = None
         self._samples = 0
+        self._runs: Deque[float] = collections.deque(maxlen=self.RUN_WINDOW)  # recent run times, oldest first
+        self._fresh = False  # run times seen since job_seconds was last worked out
         self._look_again: Optional[float] = None  # set by how_many, read by wait_full (fetch thread)
 
     def observe_start(self, at: float) -> None:
@@ -233,7 +239,8 @@ class PipelinePolicy(TakePolicy):
             i = bisect.bisect_left(starts, started)
             if i < len(starts) and starts[i] == started:
                 del starts[i]
-            self.job_seconds = _ewma(self.job_seconds, ended - started, self.JOB_ALPHA)
+            self._runs.append(ended - started)
+            self._fresh = True
             self._samples += 1
 
     def observe_take(self, asked: int, got: int, seconds: float) -> None:
@@ -254,10 +261,16 @@ class PipelinePolicy(TakePolicy):
         """(jobs to ask for now, or 0 and when to look again; None: when a slot frees)."""
         # The starts are copied (a C-speed copy) so that the decision, a loop
         # in Python, runs outside the lock every job's exit takes.
+        # So are the latest run times, one wave's worth, when some are new.
         with self._lock:
-            rtt, est, samples = self.round_trip, self.job_seconds, self._samples
+            recent = list(self._runs)[-max(1, snapshot.free + snapshot.in_use):] if self._fresh else None
+            self._fresh = False
+            rtt, samples = self.round_trip, self._samples
             starts = self._starts[:] if rtt is not None and samples >= self.MIN_SAMPLES else []
-        return self._decide(snapshot, now, rtt, est, samples, starts, waited)
+        if recent:
+            recent.sort()
+            self.job_seconds = recent[len(recent) // 2]  # written and read by the fetch thread only
+        return self._decide(snapshot, now, rtt, self.job_seconds, samples, starts, waited)
 
     def _decide(self, snapshot: Snapshot, now: float, rtt: Optional[float], est: Optional[float],
                 samples: int, starts: List[float], waited: bool) -> "tuple[int, Optional[float]]":
