@@ -122,6 +122,16 @@ def test_the_run_time_is_the_median_of_a_wave_so_its_last_slow_exits_do_not_make
     assert abs(policy.job_seconds - 1.0) < 1e-9
 
 
+def test_with_few_slots_the_run_time_is_the_median_of_the_last_few_jobs_not_the_last_one() -> None:
+    policy = PipelinePolicy()
+    policy.observe_take(1, 1, 0.5)
+    for i in range(PipelinePolicy.MIN_SAMPLES - 1):
+        policy.observe_exit(float(i), i + 1.0)
+    policy.observe_exit(50.0, 55.0)  # one odd job of 5 s
+    policy._plan(Snapshot(free=1, in_use=0, pending=0), 100.0)
+    assert policy.job_seconds == 1.0
+
+
 def test_a_straggler_does_not_count_as_about_to_end() -> None:
     now = 100.0
     policy = learned(0.5, 1.0, [now - 5.0, now - 5.0])  # overdue by 4 s

@@ -181,10 +181,11 @@ class PipelinePolicy(TakePolicy):
     """Keep one take in flight, timed to land as slots free, sized to what will be free.
 
     It learns the take's round trip ``rtt`` (an EWMA; only full answers
-    measure one) and a job's run time ``est``, the median of the last wave's
-    run times (as many as there are slots): the jobs of a large wave leave
-    their slots in turn on one GIL, the last ones later, and an average
-    weighted to the latest exits would put every wave's end late. It keeps
+    measure one) and a job's run time ``est``, the median of the last
+    wave's run times (as many as there are slots, at least
+    ``MIN_SAMPLES``): the jobs of a large wave leave their slots in turn on
+    one GIL, the last ones later, and an average weighted to the latest
+    exits would put every wave's end late. It keeps
     every running job's start, so a job is expected to end at ``start +
     est``. A job still running more than ``SLACK`` × ``est`` past that is a
     straggler and not counted. Each time the fetch thread looks, it weighs
@@ -263,7 +264,8 @@ class PipelinePolicy(TakePolicy):
         # in Python, runs outside the lock every job's exit takes.
         # So are the latest run times, one wave's worth, when some are new.
         with self._lock:
-            recent = list(self._runs)[-max(1, snapshot.free + snapshot.in_use):] if self._fresh else None
+            window = max(self.MIN_SAMPLES, snapshot.free + snapshot.in_use)
+            recent = list(self._runs)[-window:] if self._fresh else None
             self._fresh = False
             rtt, samples = self.round_trip, self._samples
             starts = self._starts[:] if rtt is not None and samples >= self.MIN_SAMPLES else []
