@@ -205,7 +205,6 @@ def test_an_answer_whose_head_is_not_http_is_a_send_failure(scripted, answer, me
 
 
 @pytest.mark.parametrize("answer", [
-    b"HTTP/1.1 200 OK\r\nContent-Length: twelve\r\n\r\n{}",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}",
@@ -221,3 +220,33 @@ def test_a_body_that_cannot_be_read_loses_a_get_but_not_a_posts_status(scripted,
     finally:
         conns.close()
     assert server.connections() == [1, 2]
+
+
+@pytest.mark.parametrize("length", [b"twelve", b"-2", b"", b"\xb2", b"9" * 5000])
+def test_a_content_length_that_is_not_a_number_is_ignored_and_the_body_read_to_the_close(scripted, length):
+    # As http.client reads it: the header does not count, the close ends the body.
+    server = scripted([b"HTTP/1.1 503 Busy\r\nContent-Length: " + length + b"\r\n\r\nbusy"], close_after=1)
+    assert exchange(server.url, 1, "POST") == [(503, "busy")]
+
+
+def test_lines_that_end_in_a_bare_lf_and_a_status_line_with_two_spaces_are_read(scripted):
+    server = scripted([b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}",
+                       b"HTTP/1.1  201 Created\r\nContent-Length: 2\r\n\n{}",
+                       b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\n{}\n0\n\n"])
+    assert exchange(server.url, 3) == [(200, b"{}", ""), (201, b"{}", ""), (200, b"{}", "")]
+    assert server.connections() == [1, 1, 1]
+
+
+def test_a_transfer_coding_other_than_chunked_is_read_by_its_content_length(scripted):
+    server = scripted([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\nContent-Length: 2\r\n\r\n{}"])
+    assert exchange(server.url, 2) == [(200, b"{}", "")] * 2
+    assert server.connections() == [1, 1]
+
+
+def test_a_long_body_in_many_small_chunks_is_read_whole(scripted):
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    chunks = b"".join(b"%x\r\n" % 64 + payload[i:i + 64] + b"\r\n" for i in range(0, len(payload), 64))
+    server = scripted([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n",
+                       b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload])
+    assert [body for _, body, _ in exchange(server.url, 2)] == [payload, payload]
+    assert server.connections() == [1, 1]

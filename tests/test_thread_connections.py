@@ -198,11 +198,13 @@ def test_an_answer_that_says_connection_close_is_followed_by_a_new_connection(se
     assert server.connections() == 3
 
 
-def test_an_answer_sent_before_the_body_was_read_is_the_answer(servers):
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_an_answer_sent_before_the_body_was_read_is_the_answer(servers, tls):
     # As the platform answers a body over its limit: 413 at once, then close.
-    # Sending the rest fails; the answer is still read and reported.
-    server = servers(answer=(413, b'{"error": "body is over the limit"}', None), early=True)
-    conns = ThreadConnections()
+    # Sending the rest fails (over TLS as an SSL EOF); the answer is still
+    # read and reported.
+    server = servers(answer=(413, b'{"error": "body is over the limit"}', None), early=True, tls=tls)
+    conns = ThreadConnections(ca_bundle=CERT) if tls else ThreadConnections()
     big = b"x" * (32 * 1024 * 1024)
     try:
         status, text = conns.post(f"{server.url}/done/j1", big, dict(HEADERS, **{"Content-Length": str(len(big))}),

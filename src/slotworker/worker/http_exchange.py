@@ -33,7 +33,10 @@ MAX_HEAD = 65536
 RECV_SIZE = 65536
 
 _NO_BODY = (204, 304)
+_EXPECT_BODY = ("PATCH", "POST", "PUT")  # a Content-Length (0) even without a body, as http.client sends
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 _TARGET_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 _NAME = re.compile(r"[^:\s][^:\r\n]*")  # as http.client takes a header name
 
 
@@ -52,7 +55,7 @@ def host_port(netloc: str, default_port: int) -> Tuple[str, int]:
     if colon > bracket:
         host, digits = netloc[:colon], netloc[colon + 1:]
         if digits:
-            if not digits.isdigit():
+            if not (digits.isascii() and digits.isdigit()) or len(digits) > 5:
                 raise Refused(f"the port is not a number: {digits!r}")
             port = int(digits)
     if host.startswith("[") and host.endswith("]"):
@@ -77,27 +80,36 @@ def host_header(host: str, port: int, default_port: int) -> str:
 
 def request_bytes(method: str, target: str, host: str, headers: Dict[str, str],
                   body: Optional[bytes]) -> bytes:
-    """The request's bytes on the wire, or :class:`Refused`."""
+    """The request's bytes on the wire, as :mod:`http.client` writes them, or :class:`Refused`.
+
+    ``Host`` first (unless given), ``Accept-Encoding: identity`` unless one
+    is given, ``Content-Length`` when none is given and there is a body or
+    the method expects one; then the headers given, in their order.
+    """
     if _TARGET_FORBIDDEN.search(target) or not target.isascii():
         raise Refused(f"the URL has a space, a control character or a character that is not ASCII: {target!r}")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
-    sized = body is None
+    lines = [f"{method} {target} HTTP/1.1"]
+    given = {name.lower() for name in headers}
+    if "host" not in given:
+        lines.append(f"Host: {host}")
+    if "accept-encoding" not in given:
+        lines.append("Accept-Encoding: identity")
+    if "content-length" not in given and (body is not None or method in _EXPECT_BODY):
+        lines.append(f"Content-Length: {len(body or b'')}")
     for name, value in headers.items():
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
         value = str(value)
-        if not _NAME.fullmatch(name):
+        if not (name.isascii() and _NAME.fullmatch(name)):
             raise Refused(f"invalid header name {name!r}")
         if "\r" in value or "\n" in value:
             raise Refused(f"invalid header value for {name!r}: it has a line break")
-        if not sized and name.lower() == "content-length":
-            sized = True
         lines.append(f"{name}: {value}")
-    if not sized:
-        lines.insert(2, f"Content-Length: {len(body or b'')}")
     lines.append("\r\n")
     try:
         head = "\r\n".join(lines).encode("latin-1")
     except UnicodeEncodeError as exc:
-        raise Refused(f"the request line or a header is not Latin-1: {exc}") from exc
+        raise Refused(f"a header is not Latin-1: {exc}") from exc
     return head + body if body else head
 
 
@@ -111,7 +123,7 @@ class Connection:
         self.host_header = host_header(self.host, self.port, default_port)
         self._tls = tls
         self.sock: Optional[socket.socket] = None
-        self._buffer = b""
+        self._buffer, self._at = b"", 0
 
     def connect(self, timeout: float) -> None:
         """Open the connection (and its TLS session) under ``timeout``."""
@@ -123,11 +135,11 @@ class Connection:
         except BaseException:
             sock.close()
             raise
-        self.sock, self._buffer = sock, b""
+        self.sock, self._buffer, self._at = sock, b"", 0
 
     def close(self) -> None:
         """Close the socket (idempotent); the next request opens another."""
-        sock, self.sock, self._buffer = self.sock, None, b""
+        sock, self.sock, self._buffer, self._at = self.sock, None, b"", 0
         if sock is not None:
             sock.close()
 
@@ -139,55 +151,56 @@ class Connection:
     def read_head(self) -> Tuple[int, Dict[str, str], bool]:
         """Read an answer's status line and headers: ``(status, headers, keep_alive)``.
 
-        Interim answers (1xx) are skipped. Raises :class:`OSError` (a
+        Lines may end in CRLF or a bare LF, as :mod:`http.client` reads
+        them. Interim answers (1xx) are skipped. Raises :class:`OSError` (a
         timeout, a reset, :class:`ProtocolError`) when no head can be read.
         """
         while True:
-            head = self._read_until_blank_line()
-            status_line, _, rest = head.partition(b"\r\n")
-            version, _, status_reason = status_line.partition(b" ")
-            code = status_reason[:3]
-            if (not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit()
-                    or code < b"100" or status_reason[3:4] not in (b"", b" ")):
-                raise ProtocolError(f"not an HTTP/1.x status line: {bytes(status_line[:80])!r}")
+            lines = self._read_head_lines()
+            parts = lines[0].split(None, 2)
+            code = parts[1] if len(parts) > 1 else b""
+            if (not parts[0].startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit()
+                    or code < b"100"):
+                raise ProtocolError(f"not an HTTP/1.x status line: {bytes(lines[0][:80])!r}")
             status = int(code)
             if status == 101:  # nothing asked to switch protocols
                 raise ProtocolError("the answer switches protocols (101), which no request asked for")
             if status >= 200:
                 break  # (1xx answers are interim: 100 Continue, 103 Early Hints; the answer follows)
         headers: Dict[str, str] = {}
-        for line in rest.split(b"\r\n"):
+        for line in lines[1:]:
             name, colon, value = line.partition(b":")
             if not colon:
                 continue
             key = name.strip().decode("latin-1").lower()
             if key not in headers:
                 headers[key] = value.strip().decode("latin-1")
-        tokens = headers.get("connection", "").lower()
-        keep_alive = version == b"HTTP/1.1" and "close" not in tokens
+        keep_alive = parts[0] == b"HTTP/1.1" and "close" not in headers.get("connection", "").lower()
         return status, headers, keep_alive
 
     def read_body(self, status: int, headers: Dict[str, str]) -> Tuple[bytes, bool]:
         """Read the body that follows a head: ``(body, ended_cleanly)``.
 
-        ``ended_cleanly`` is False when the body was delimited by the close
-        or bytes followed it: the connection cannot be used again.
+        Chunked when the last transfer coding is ``chunked``; else as long as
+        a ``Content-Length`` that is a number says; else up to the close, as
+        :mod:`http.client` reads it. ``ended_cleanly`` is False when the
+        body was delimited by the close or bytes followed it: the
+        connection cannot be used again.
         """
         if status in _NO_BODY:
-            return b"", not self._buffer
-        coding = headers.get("transfer-encoding", "").lower()
-        if coding:
-            if coding.rsplit(",", 1)[-1].strip() != "chunked":
-                return self._read_to_close(), False
-            return self._read_chunked(), not self._buffer
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                raise ProtocolError(f"Content-Length is not a number: {length[:40]!r}")
-            return self._read_exactly(int(length)), not self._buffer
+            return b"", not self._unread()
+        coding = headers.get("transfer-encoding", "")
+        if coding and coding.rsplit(",", 1)[-1].strip().lower() == "chunked":
+            return self._read_chunked(), not self._unread()
+        length = headers.get("content-length", "")
+        if length.isascii() and length.isdigit() and len(length) <= 18:
+            return self._read_exactly(int(length)), not self._unread()
         return self._read_to_close(), False
 
-    # -- reading ------------------------------------------------------------
+    # -- reading: self._buffer[self._at:] is what was received and not yet read --
+    def _unread(self) -> bool:
+        return len(self._buffer) > self._at
+
     def _recv(self) -> bytes:
         assert self.sock is not None
         data = self.sock.recv(RECV_SIZE)
@@ -195,60 +208,68 @@ class Connection:
             raise ProtocolError("the connection was closed before the answer ended")
         return data
 
-    def _read_until_blank_line(self) -> bytes:
-        buffer = self._buffer
-        searched = 0
+    def _more(self) -> None:
+        """Receive more onto what is unread (the read part dropped here, once a receive)."""
+        self._buffer, self._at = self._buffer[self._at:] + self._recv(), 0
+
+    def _read_head_lines(self) -> List[bytes]:
         while True:
-            end = buffer.find(b"\r\n\r\n", max(0, searched - 3))
-            if 0 <= end <= MAX_HEAD:
-                self._buffer = buffer[end + 4:]
-                return buffer[:end]
-            if end > MAX_HEAD or len(buffer) > MAX_HEAD:
+            found = _HEAD_END.search(self._buffer, self._at)
+            if found is not None and found.start() - self._at <= MAX_HEAD:
+                head = self._buffer[self._at:found.start()]
+                self._at = found.end()
+                return [line.rstrip(b"\r") for line in head.split(b"\n")]
+            if len(self._buffer) - self._at > MAX_HEAD:
                 raise ProtocolError(f"the answer's head is longer than {MAX_HEAD} bytes")
-            searched = len(buffer)
-            buffer += self._recv()
+            self._more()
 
     def _read_exactly(self, size: int) -> bytes:
-        parts: List[bytes] = [self._buffer]
-        have = len(self._buffer)
-        while have < size:
+        have = len(self._buffer) - self._at
+        if have >= size:
+            start, self._at = self._at, self._at + size
+            return self._buffer[start:self._at]
+        parts = [self._buffer[self._at:]]  # (a long body: received into parts, copied once)
+        self._buffer, self._at = b"", 0
+        need = size - have
+        while need > 0:
             data = self._recv()
+            if len(data) > need:
+                parts.append(data[:need])
+                self._buffer = data[need:]
+                break
             parts.append(data)
-            have += len(data)
-        data = b"".join(parts) if len(parts) > 1 else parts[0]
-        self._buffer = data[size:]
-        return data[:size]
+            need -= len(data)
+        return b"".join(parts)
 
     def _read_line(self) -> bytes:
         while True:
-            end = self._buffer.find(b"\r\n")
+            end = self._buffer.find(b"\n", self._at)
             if end >= 0:
-                line, self._buffer = self._buffer[:end], self._buffer[end + 2:]
-                return line
-            if len(self._buffer) > MAX_HEAD:
+                line, self._at = self._buffer[self._at:end], end + 1
+                return line.rstrip(b"\r")
+            if len(self._buffer) - self._at > MAX_HEAD:
                 raise ProtocolError("a chunk's size line is too long")
-            self._buffer += self._recv()
+            self._more()
 
     def _read_chunked(self) -> bytes:
         parts: List[bytes] = []
         while True:
             size_text = self._read_line().split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise ProtocolError(f"a chunk's size is not hex: {bytes(size_text[:40])!r}") from None
+            if not (size_text and len(size_text) <= 16 and all(c in _HEX for c in size_text)):
+                raise ProtocolError(f"a chunk's size is not hex: {bytes(size_text[:40])!r}")
+            size = int(size_text, 16)
             if size == 0:
                 while self._read_line():  # trailers, up to the blank line
                     pass
                 return b"".join(parts)
             parts.append(self._read_exactly(size))
-            if self._read_exactly(2) != b"\r\n":
-                raise ProtocolError("a chunk does not end with CRLF")
+            if self._read_line():
+                raise ProtocolError("a chunk does not end where its size says")
 
     def _read_to_close(self) -> bytes:
         assert self.sock is not None
-        parts = [self._buffer]
-        self._buffer = b""
+        parts = [self._buffer[self._at:]]
+        self._buffer, self._at = b"", 0
         while True:
             data = self.sock.recv(RECV_SIZE)
             if not data:

@@ -178,7 +178,7 @@ class ThreadConnections:
             sent = time.monotonic()  # before writing: a GIL wait after the write only adds
             try:
                 conn.send(data)
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
                 # The platform may answer before it has read the whole body (a
                 # 413 for one over its limit) and close: read that answer.
                 pass
