@@ -184,14 +184,16 @@ class ThreadConnections:
                 pass
             conn.sock.settimeout(timeout[1])
             status, answer_headers, keep_alive = conn.read_head()
-        except OSError as exc:  # (a certificate refused, an answer that is not HTTP, among them)
+        except (OSError, ValueError) as exc:  # (a certificate refused, an answer that is not HTTP, ...)
+            # ValueError too: whatever the answer was, it must not pass for a
+            # request that could not be written (Refused), which is not retried.
             raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
         at, answered = self._answer_at, time.monotonic()
         self._answers[at] = (answered, answered - sent)
         self._answer_at = (at + 1) % ANSWERS_KEPT
         try:
             body_read, clean = conn.read_body(status, answer_headers)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             conn.close()
             if method != "POST":  # a post's status is its answer; a GET's is in its body
                 raise BodyLost(f"the answer's body could not be read: {type(exc).__name__}: {exc}") from exc
