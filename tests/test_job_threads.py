@@ -40,3 +40,86 @@ def test_shutdown_lets_queued_jobs_run_first() -> None:
         threads.submit(i, busy=1)
     threads.shutdown(wait=True, timeout=30)
     assert ran == [0, 1, 2, 3, 4]
+
+
+def _blocked_jobs(count: int):
+    """A target whose jobs wait on a gate, and a way to wait until ``count`` of them are in."""
+    gate = threading.Event()
+    inside = threading.Condition()
+    names = []
+
+    def run(i: int) -> None:
+        with inside:
+            names.append(threading.current_thread().name)
+            inside.notify_all()
+        gate.wait(30)
+
+    def wait_inside() -> bool:
+        with inside:
+            return inside.wait_for(lambda: len(names) >= count, timeout=30)
+
+    return run, gate, names, wait_inside
+
+
+def test_a_batch_gets_a_thread_per_slot_started_in_a_chain() -> None:
+    run, gate, names, wait_inside = _blocked_jobs(40)
+    threads = JobThreads(run, name="test-job")
+    started_here = []
+    original = threads._start_thread_locked
+
+    def record(serve):  # which thread starts each job thread
+        started_here.append(threading.current_thread().name)
+        original(serve)
+
+    threads._start_thread_locked = record
+    threads.submit_all([(i,) for i in range(40)], busy=40)
+    try:
+        assert wait_inside()  # every job runs at once: one thread each
+        assert len(threads) == 40 and len(set(names)) == 40
+        # The submitting thread started the first; each of the others was
+        # started by the one before it.
+        assert started_here.count(threading.current_thread().name) == 1
+        assert started_here[1:] == [f"test-job_{i}" for i in range(39)]
+    finally:
+        gate.set()
+        threads.shutdown(wait=True, timeout=30)
+    assert not any(t.is_alive() for t in threads._threads)
+
+
+def test_more_slots_while_a_chain_runs_get_their_threads_too() -> None:
+    run, gate, names, wait_inside = _blocked_jobs(30)
+    threads = JobThreads(run, name="test-job")
+    threads.submit_all([(i,) for i in range(10)], busy=10)
+    threads.submit_all([(i,) for i in range(10, 30)], busy=30)
+    try:
+        assert wait_inside()
+        assert len(threads) == 30
+    finally:
+        gate.set()
+        threads.shutdown(wait=True, timeout=30)
+
+
+def test_a_chain_that_cannot_start_a_thread_leaves_its_jobs_to_the_threads_there_are(records) -> None:
+    ran = []
+    done = threading.Semaphore(0)
+
+    def run(i: int) -> None:
+        ran.append(i)
+        done.release()
+
+    threads = JobThreads(run, name="test-job")
+    original = threads._start_thread_locked
+
+    def only_three(serve):  # the process may start no more threads
+        if len(threads._threads) >= 3:
+            raise RuntimeError("can't start new thread")
+        original(serve)
+
+    threads._start_thread_locked = only_three
+    threads.submit_all([(i,) for i in range(20)], busy=20)
+    for _ in range(20):
+        assert done.acquire(timeout=30)
+    assert sorted(ran) == list(range(20))
+    assert records.wait_for("could not start a job thread")  # the chain's end
+    assert len(threads) == 3
+    threads.shutdown(wait=True, timeout=30)
