@@ -103,6 +103,17 @@ def test_a_wave_far_from_its_end_is_looked_at_one_round_trip_before_it() -> None
     assert n == 0 and abs(look_again - (now + 2.3)) < 1e-6
 
 
+def test_jobs_started_together_are_listed_in_order_and_leave_one_by_one() -> None:
+    policy = PipelinePolicy()
+    policy.observe_start(1.0)
+    policy.observe_start(3.0)
+    policy.observe_starts(2.0, 3)  # a wave handed out at once
+    assert policy._starts == [1.0, 2.0, 2.0, 2.0, 3.0]
+    policy.observe_exit(2.0, 2.5)
+    policy.observe_exit(1.0, 2.6)
+    assert policy._starts == [2.0, 2.0, 3.0]
+
+
 def test_the_run_time_is_the_median_of_a_wave_so_its_last_slow_exits_do_not_make_the_next_take_late() -> None:
     policy = PipelinePolicy()
     policy.observe_take(1024, 1024, 0.5)

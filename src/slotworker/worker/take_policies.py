@@ -10,6 +10,7 @@ through the narrow :class:`LoopView` the loop gives it::
     n == 0                      ---->  wait_full(view)           (blocks)
     take(n) answered            ---->  observe_take(asked, got, seconds)
     a job gets its slot at t    ---->  observe_start(t)
+    n jobs get theirs at t      ---->  observe_starts(t, n)
     a job gives its slot back   ---->  observe_exit(started, ended)   (job or poster thread)
 
 ``observe_*`` may be called from any thread; the others only from the fetch
@@ -89,6 +90,11 @@ class TakePolicy:
 
     def observe_start(self, at: float) -> None:
         """A job was handed its slot at ``at`` (``time.monotonic()``)."""
+
+    def observe_starts(self, at: float, count: int) -> None:
+        """``count`` jobs were handed their slots at ``at``."""
+        for _ in range(count):
+            self.observe_start(at)
 
     def observe_exit(self, started: float, ended: float) -> None:
         """The job handed its slot at ``started`` is leaving it at ``ended``."""
@@ -233,6 +239,12 @@ class PipelinePolicy(TakePolicy):
     def observe_start(self, at: float) -> None:
         with self._lock:
             bisect.insort(self._starts, at)
+
+    def observe_starts(self, at: float, count: int) -> None:
+        with self._lock:
+            starts = self._starts
+            i = bisect.bisect_right(starts, at)
+            starts[i:i] = [at] * count
 
     def observe_exit(self, started: float, ended: float) -> None:
         with self._lock:
