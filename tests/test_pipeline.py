@@ -60,6 +60,26 @@ def test_a_wave_whose_ends_spread_out_is_waited_for_whole_not_split() -> None:
     assert n == 1024
 
 
+def test_a_look_set_a_round_trip_before_a_wave_ends_weighs_afresh_rather_than_take_its_first_few() -> None:
+    # As recorded at 1,024 slots x 1 s jobs: 4 jobs of the wave started a
+    # little before the other 1,020 (handed out as the last take's batch
+    # landed). The plan looks again one round trip before the first ends;
+    # there, a take of those 4 would leave the 1,020 that end 20-30 ms later
+    # idle until the next take lands: it waits for them and takes the wave.
+    now = 100.0
+    # Their ends: 4 at now + 1.05, the rest from now + 1.07 to now + 1.08.
+    starts = [now + 0.05] * 4 + [now + 0.07 + 0.01 * k / 1019 for k in range(1020)]
+    policy = learned(0.5, 1.0, starts)
+    full = Snapshot(free=0, in_use=1024, pending=0)
+    assert policy._look(full, now) == 0
+    look_again = policy._look_again
+    assert look_again is not None and abs(look_again - (now + 0.55)) < 1e-6
+    assert policy._look(full, look_again) == 0  # (it took those 4 before)
+    gather = policy._look_again
+    assert gather is not None and look_again + 0.02 < gather < look_again + 0.04
+    assert policy._look(full, gather) == 1024
+
+
 def test_slots_freeing_steadily_are_taken_at_once() -> None:
     now = 100.0
     # 16 slots, one job ending every 1/16 s from now on: waiting never gathers

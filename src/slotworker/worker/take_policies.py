@@ -235,6 +235,7 @@ class PipelinePolicy(TakePolicy):
         self._runs: Deque[float] = collections.deque(maxlen=self.RUN_WINDOW)  # recent run times, oldest first
         self._fresh = False  # run times seen since job_seconds was last worked out
         self._look_again: Optional[float] = None  # set by how_many, read by wait_full (fetch thread)
+        self._for_gain = False  # _look_again is the end of a wait chosen to gather ends (fetch thread)
 
     def observe_start(self, at: float) -> None:
         with self._lock:
@@ -262,11 +263,16 @@ class PipelinePolicy(TakePolicy):
                 self.round_trip = _ewma(self.round_trip, seconds, self.TAKE_ALPHA)
 
     def how_many(self, snapshot: Snapshot) -> int:
-        now = time.monotonic()
-        # Back from a wait this policy chose: take what is free now rather
-        # than wait again for the next few ends (as a large wave's ends spread
-        # out, each short wait looked worth it, and it re-planned every few ms).
-        waited = self._look_again is not None and now >= self._look_again
+        return self._look(snapshot, time.monotonic())
+
+    def _look(self, snapshot: Snapshot, now: float) -> int:
+        # Back from a wait this policy chose for what it gathers: take what is
+        # free now rather than wait again for the next few ends (as a large
+        # wave's ends spread out, each short wait looked worth it, and it
+        # re-planned every few ms). Back from a look set a round trip before
+        # the next end, it weighs afresh: the first few ends of a wave due
+        # then are not worth a take that leaves the rest a round trip idle.
+        waited = self._for_gain and self._look_again is not None and now >= self._look_again
         n, self._look_again = self._plan(snapshot, now, waited)
         return n
 
@@ -288,6 +294,7 @@ class PipelinePolicy(TakePolicy):
 
     def _decide(self, snapshot: Snapshot, now: float, rtt: Optional[float], est: Optional[float],
                 samples: int, starts: List[float], waited: bool) -> "tuple[int, Optional[float]]":
+        self._for_gain = False
         if rtt is None:
             return snapshot.free, None
         if est is None or samples < self.MIN_SAMPLES:
@@ -327,6 +334,7 @@ class PipelinePolicy(TakePolicy):
             if gain > best_gain:
                 best_gain, best_wait = gain, wait
         if best_wait is not None:
+            self._for_gain = True
             return 0, now + best_wait + self.MARGIN
         if n0 > 0:
             return n0, None
