@@ -80,6 +80,27 @@ def test_a_look_set_a_round_trip_before_a_wave_ends_weighs_afresh_rather_than_ta
     assert policy._look(full, gather) == 1024
 
 
+def test_back_from_a_wait_it_may_wait_once_more_for_the_few_that_started_late() -> None:
+    # As recorded at 128 slots x 1 s jobs: a batch landed while 21 of the
+    # last wave's slots were still held, so 14 of its jobs started a few ms
+    # after the rest. Back from the wait for the whole wave, those 14 end 5 ms
+    # after a take sent then would land: a take of the other 114 would split
+    # the wave for good (the 14 a take behind, to the burst's end). It waits
+    # once more; back from that second wait it takes what is free.
+    now = 100.0
+    policy = learned(0.5, 1.0, [now - 0.49] * 114 + [now - 0.48] * 14)
+    full = Snapshot(free=0, in_use=128, pending=0)
+    assert policy._look(full, now) == 0
+    first = policy._look_again
+    assert first is not None and now + 0.02 < first < now + 0.03
+    policy._starts = sorted([now - 0.49] * 114 + [first - 0.495] * 14)  # the 14 end 5 ms late
+    assert policy._look(full, first) == 0
+    second = policy._look_again
+    assert second is not None and first + 0.005 < second < first + 0.01
+    policy._starts = sorted([now - 0.49] * 114 + [second - 0.497] * 14)  # late again
+    assert policy._look(full, second) == 114
+
+
 def test_slots_freeing_steadily_are_taken_at_once() -> None:
     now = 100.0
     # 16 slots, one job ending every 1/16 s from now on: waiting never gathers

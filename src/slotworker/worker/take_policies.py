@@ -224,6 +224,8 @@ class PipelinePolicy(TakePolicy):
     MARGIN = 0.002
     #: Run times seen before ``est`` is trusted (one warm-up job says little about a burst).
     MIN_SAMPLES = 8
+    #: Waits in a row to gather ends, at most; back from the last, it takes what is free.
+    GAIN_WAITS = 2
 
     def __init__(self) -> None:
         # Guards every attribute below: job threads and the fetch thread.
@@ -236,6 +238,7 @@ class PipelinePolicy(TakePolicy):
         self._fresh = False  # run times seen since job_seconds was last worked out
         self._look_again: Optional[float] = None  # set by how_many, read by wait_full (fetch thread)
         self._for_gain = False  # _look_again is the end of a wait chosen to gather ends (fetch thread)
+        self._gain_waits = 0  # such waits in a row (fetch thread)
 
     def observe_start(self, at: float) -> None:
         with self._lock:
@@ -266,14 +269,20 @@ class PipelinePolicy(TakePolicy):
         return self._look(snapshot, time.monotonic())
 
     def _look(self, snapshot: Snapshot, now: float) -> int:
-        # Back from a wait this policy chose for what it gathers: take what is
-        # free now rather than wait again for the next few ends (as a large
-        # wave's ends spread out, each short wait looked worth it, and it
-        # re-planned every few ms). Back from a look set a round trip before
-        # the next end, it weighs afresh: the first few ends of a wave due
-        # then are not worth a take that leaves the rest a round trip idle.
-        waited = self._for_gain and self._look_again is not None and now >= self._look_again
+        # Back from GAIN_WAITS waits in a row chosen for what they gather:
+        # take what is free now rather than wait again for the next few ends
+        # (as a large wave's ends spread out, each short wait looked worth
+        # it, and it re-planned every few ms). Back from the first, it may
+        # wait once more: the jobs of a batch that landed while the last
+        # wave's slots were still held start a few ms late, and end so, and
+        # a take without them splits the wave for good. Back from a look set
+        # a round trip before the next end, it weighs afresh: the first few
+        # ends of a wave due then are not worth a take that leaves the rest
+        # a round trip idle.
+        back = self._for_gain and self._look_again is not None and now >= self._look_again
+        waited = back and self._gain_waits >= self.GAIN_WAITS
         n, self._look_again = self._plan(snapshot, now, waited)
+        self._gain_waits = (self._gain_waits + 1 if back else 1) if self._for_gain else 0
         return n
 
     def _plan(self, snapshot: Snapshot, now: float, waited: bool = False) -> "tuple[int, Optional[float]]":
