@@ -9,12 +9,12 @@ so the pool creeps towards its maximum. Here the number of threads follows
 the slots: a job is submitted holding its slot, and a thread is started
 only while there are fewer threads than slots in use.
 
-Threads are started in a chain: the submitting thread starts one, and each
-new thread starts the next before it takes a job, until there are as many
-as the slots in use. ``Thread.start`` waits until the new thread runs, which
-behind hundreds of job threads taking the GIL is a while: the first wave of
-1,024 jobs took the fetch thread 0.14 s to hand out when it started every
-thread itself, and the next take waited for that.
+The submitting thread starts the threads a submit is missing, one after
+another. In a burst that is the first wave only (threads are reused after),
+and ``Thread.start`` waits for each new thread to run: about 0.14 s for the
+first 1,024 jobs. Starting them in a chain instead (each new thread starting
+the next) took that off the fetch thread but was no faster end to end
+(t99 at 1,024 slots within the runs' spread of this), so it was dropped.
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ class JobThreads(QueueThreads):
     def __init__(self, target: Callable[..., None], name: str = "slotworker-job") -> None:
         super().__init__(name)
         self._target = target
-        # Guarded by _lock: the threads wanted (the most slots in use a
-        # submit has said), and whether a chain of starts is under way.
-        self._wanted = 0
-        self._chaining = False
 
     def submit(self, *args: Any, busy: int) -> None:
         """Run ``target(*args)`` on a thread; ``busy`` is the slots in use, this job's included."""
@@ -56,36 +52,19 @@ class JobThreads(QueueThreads):
             self._want(busy)
 
     def _want(self, busy: int) -> None:
-        """Have ``busy`` threads: start the first of those missing here, the rest in a chain."""
+        """Start threads until there are ``busy`` (or the process may start no more)."""
         with self._lock:
-            if busy > self._wanted:
-                self._wanted = busy
-            if self._chaining or self._closed or len(self._threads) >= self._wanted:
-                return
-            try:
-                self._start_thread_locked(self._serve)
-            except RuntimeError as exc:
-                if not self._threads:  # nothing would ever take the job
-                    raise
-                # Queued: a thread already started takes it when free.
-                log.warning("could not start a job thread (%s); the job waits for one", exc)
-                return
-            self._chaining = True
-
-    def _start_next(self) -> None:
-        """A thread of the chain starts the next one, if more are wanted."""
-        with self._lock:
-            if self._closed or len(self._threads) >= self._wanted:
-                self._chaining = False
-                return
-            try:
-                self._start_thread_locked(self._serve)
-            except RuntimeError as exc:
-                self._chaining = False
-                log.warning("could not start a job thread (%s); queued jobs wait for one", exc)
+            while len(self._threads) < busy and not self._closed:
+                try:
+                    self._start_thread_locked(self._serve)
+                except RuntimeError as exc:
+                    if not self._threads:  # nothing would ever take the job
+                        raise
+                    # Queued: a thread already started takes it when free.
+                    log.warning("could not start a job thread (%s); queued jobs wait for one", exc)
+                    return
 
     def _serve(self) -> None:
-        self._start_next()
         get, target = self._queue.get, self._target
         while True:
             item = get()
