@@ -130,8 +130,21 @@ class ResultPoster(QueueThreads):
     def submit(self, task: Task) -> None:
         """Run ``task()`` on a poster thread."""
         self._queue.put((time.monotonic(), task))
-        if self._queue.qsize() > self._idle:
+        if self._queue.qsize() > self._idle and self._may_add():
             self._behind()
+
+    def _may_add(self) -> bool:
+        """Whether :meth:`_behind` may have something to do, looked at without the lock.
+
+        Usually not: the base threads are at work and the watch looks. A
+        wave of hundreds of jobs ending at once submits hundreds of results
+        within milliseconds, and each taking the lock only to find that
+        queued them up behind it, each hand-over waiting for the GIL. A stale
+        answer costs at most a thread added a submit or a look later; the
+        threads there are take every queued task either way.
+        """
+        return (not self._watching or len(self._threads) - min(self._aside, self._base) < self._base
+                or self._slow_posts_on_idle_cpu_locked())
 
     @property
     def retrying(self) -> bool:
