@@ -138,13 +138,16 @@ class ResultPoster(QueueThreads):
 
         Usually not: the base threads are at work and the watch looks. A
         wave of hundreds of jobs ending at once submits hundreds of results
-        within milliseconds, and each taking the lock only to find that
-        queued them up behind it, each hand-over waiting for the GIL. A stale
+        within milliseconds; had each taken the lock to find that out, they
+        would have queued on it, each hand-over waiting for the GIL. A stale
         answer costs at most a thread added a submit or a look later; the
         threads there are take every queued task either way.
         """
-        return (not self._watching or len(self._threads) - min(self._aside, self._base) < self._base
-                or self._slow_posts_on_idle_cpu_locked())
+        return not self._watching or self._short_of_base() or self._slow_posts_on_idle_cpu_locked()
+
+    def _short_of_base(self) -> bool:
+        """Fewer than the base threads at work (those waiting to retry not counted, up to the base)."""
+        return len(self._threads) - min(self._aside, self._base) < self._base
 
     @property
     def retrying(self) -> bool:
@@ -204,7 +207,7 @@ class ResultPoster(QueueThreads):
         with self._lock:
             if self._closed or self._queue.qsize() <= self._idle:
                 return
-            if len(self._threads) - min(self._aside, self._base) < self._base:
+            if self._short_of_base():
                 reason = self._start_poster_locked()
                 if reason is None:
                     return
