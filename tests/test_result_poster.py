@@ -169,11 +169,11 @@ def test_a_look_at_the_cpu_long_ago_does_not_count_once_a_watch_starts() -> None
         with poster._lock:
             poster._post_seconds = 0.05
             poster._share, poster._share_at = 0.0, time.monotonic() - 10 * result_poster.SHARE_FRESH_SECONDS
-            assert not poster._slow_posts_on_idle_cpu_locked()
+            assert not poster._slow_posts_on_idle_cpu()
             poster._start_watch_locked()
-            assert not poster._slow_posts_on_idle_cpu_locked()
+            assert not poster._slow_posts_on_idle_cpu()
             poster._share_at = time.monotonic()
-            assert poster._slow_posts_on_idle_cpu_locked()
+            assert poster._slow_posts_on_idle_cpu()
     finally:
         poster.shutdown(wait=True, timeout=DEADLINE)
 

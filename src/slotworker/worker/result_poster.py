@@ -143,7 +143,7 @@ class ResultPoster(QueueThreads):
         answer costs at most a thread added a submit or a look later; the
         threads there are take every queued task either way.
         """
-        return not self._watching or self._short_of_base() or self._slow_posts_on_idle_cpu_locked()
+        return not self._watching or self._short_of_base() or self._slow_posts_on_idle_cpu()
 
     def _short_of_base(self) -> bool:
         """Fewer than the base threads at work (those waiting to retry not counted, up to the base)."""
@@ -212,7 +212,7 @@ class ResultPoster(QueueThreads):
                 if reason is None:
                     return
                 alone = not self._threads
-            elif self._slow_posts_on_idle_cpu_locked() and self._start_poster_locked() is None:
+            elif self._slow_posts_on_idle_cpu() and self._start_poster_locked() is None:
                 return
             if not self._watching:  # (also after a failed start: the watch retries)
                 self._start_watch_locked()
@@ -222,12 +222,13 @@ class ResultPoster(QueueThreads):
             if alone:  # nobody else would ever take what is queued
                 self._drain_here()
 
-    def _slow_posts_on_idle_cpu_locked(self) -> bool:
+    def _slow_posts_on_idle_cpu(self) -> bool:
         """Whether a result that finds no poster free gets one at once.
 
         Yes while the platform takes :data:`GROW_AFTER_WAIT` or more to
         answer (the result would wait as long) and a look in the last
-        :data:`SHARE_FRESH_SECONDS` found the CPU idle.
+        :data:`SHARE_FRESH_SECONDS` found the CPU idle. Read under the lock
+        by :meth:`_behind`, and without it by :meth:`_may_add` (a hint).
         """
         return (self._share < IDLE_CPU_SHARE and time.monotonic() - self._share_at < SHARE_FRESH_SECONDS
                 and len(self._threads) < self._max and self._platform_wait() >= GROW_AFTER_WAIT)
