@@ -213,6 +213,10 @@ class Options:
     #: back; None: as many as the concurrency; 0: a job holds its slot until
     #: its result is in (runpod 1.12.0's way).
     post_backlog: Optional[int] = None
+    #: The interpreter's thread switch interval while the worker runs, in
+    #: seconds: None: raised with the slots (worker/switch_interval.py);
+    #: 0: left alone; else at least this.
+    switch_interval: Optional[float] = None
     #: runpod's flags as parsed (``rp_debugger``, ``test_input``, ...).
     flags: Dict[str, Any] = field(default_factory=dict)
     #: ``time.perf_counter()`` when ``start()`` was called (``--rp_debugger``'s ready delay).
@@ -250,6 +254,9 @@ class Options:
         if post_backlog is not None and (isinstance(post_backlog, bool) or not isinstance(post_backlog, int)
                                          or post_backlog < 0):
             raise ConfigError(f"post_backlog must be a whole number of results >= 0 or None, not {post_backlog!r}")
+        switch_interval: Optional[float] = None
+        if config.get("switch_interval") is not None:
+            switch_interval = _number("switch_interval", config["switch_interval"], 0.0)
         if "shutdown_grace" in config:
             grace = _number("shutdown_grace", config["shutdown_grace"], 0.0)
         elif env.get("SLOTWORKER_SHUTDOWN_GRACE"):
@@ -267,6 +274,7 @@ class Options:
             shutdown_grace=grace,
             prefetch=prefetch,
             post_backlog=post_backlog,
+            switch_interval=switch_interval,
             flags=dict(flags or {}),
             started_at=time.perf_counter() if started_at is None else started_at,
         )

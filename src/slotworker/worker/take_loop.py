@@ -39,6 +39,7 @@ from .job_runner import JobRunner
 from .job_threads import JobThreads
 from .lifecycle import Lifecycle
 from .platform_client import THROTTLE_BACKOFF, BadResponse, PlatformClient, PlatformError, Throttled
+from . import switch_interval
 from .take_policies import FULL_WAIT_SECONDS, Snapshot, TakePolicy, make_policy
 
 log = logging.getLogger("slotworker")
@@ -73,6 +74,8 @@ class TakeLoop:
         self.prefetch = options.prefetch
         #: Results that may wait to be posted with their slots given back (None: the concurrency).
         self.post_backlog = options.post_backlog
+        #: The switch interval option (None: with the slots; 0: left alone).
+        self.switch_interval = options.switch_interval
         self._mutex = threading.Lock()
         # job_exited: notified when a slot is given back (by a job's thread,
         # or a poster's) or a result given back early is in, when a
@@ -183,14 +186,29 @@ class TakeLoop:
         if wanted != current:
             self.slots.resize(wanted)
             log.debug("concurrency set to %d", wanted)
+            self._fit_switch_interval(wanted)
             with self.job_exited:  # more slots may start pending jobs or end a full wait
                 self._start_pending_locked()
                 self.job_exited.notify_all()
         return wanted
 
+    def _fit_switch_interval(self, slots: int) -> None:
+        """Ask for the switch interval ``slots`` call for (see :mod:`.switch_interval`)."""
+        if self.switch_interval == 0:
+            return
+        wanted = switch_interval.for_slots(slots) if self.switch_interval is None else self.switch_interval
+        switch_interval.ask(self, wanted)
+
     # -- the fetch thread ---------------------------------------------------------
     def run(self) -> None:
         """The fetch loop; returns when shutdown starts (after a take in flight)."""
+        self._fit_switch_interval(self.slots.capacity)
+        try:
+            self._run()
+        finally:
+            switch_interval.give_back(self)
+
+    def _run(self) -> None:
         backoff = Backoff(*TAKE_BACKOFF)
         stopping = self.lifecycle.stopping
         while not stopping.is_set():
