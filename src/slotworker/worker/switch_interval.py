@@ -16,7 +16,7 @@ it back when it stops: 32 slots keep the default, 1,024 get 50 ms. A
 handler thread running pure Python then keeps the GIL up to that long before
 another thread runs; threads that block (I/O, sleep, a GPU call that
 releases the GIL) give it up at once, as before. The ``switch_interval``
-option turns this off (0) or fixes the value.
+option turns this off (0) or asks for a value of its own instead.
 
 Workers in one process share the interpreter: the largest ask wins, and the
 interval found first is put back when the last worker stops.
@@ -50,15 +50,20 @@ def ask(owner: object, seconds: float) -> None:
         if _found is None:
             _found = sys.getswitchinterval()
         _asks[id(owner)] = seconds
-        sys.setswitchinterval(max(_found, max(_asks.values())))
+        _set_locked()
 
 
 def give_back(owner: object) -> None:
     """``owner`` stops: its ask ends; after the last, the interval found is put back."""
     global _found
     with _lock:
-        if _asks.pop(id(owner), None) is None or _found is None:
+        if _asks.pop(id(owner), None) is None:
             return
-        sys.setswitchinterval(max(_found, max(_asks.values())) if _asks else _found)
+        _set_locked()
         if not _asks:
             _found = None
+
+
+def _set_locked() -> None:
+    """Set the largest of the interval found and the asks (hold ``_lock``; an ask was made)."""
+    sys.setswitchinterval(max([_found or 0.0, *_asks.values()]))
