@@ -3,7 +3,9 @@
 One logger, ``slotworker``. Job events carry the job id (``extra={"job_id":
 ...}``). Deployed workers (``RUNPOD_ENDPOINT_ID`` set) write JSON lines, the
 shape the platform's log collector reads; local runs write readable text.
-The API key is masked in every record, whatever logged it.
+The API key is masked in every record, whatever logged it. Lines go to stdout
+through :class:`~.log_stream.CombiningStreamHandler`, so job threads logging at
+once do not queue on one lock.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import sys
 import threading
 from typing import Any, Optional
+
+from .log_stream import CombiningStreamHandler
 
 LOGGER_NAME = "slotworker"
 TRACE = 5
@@ -117,7 +121,7 @@ def configure(level: Any = "INFO", json_lines: bool = False, secrets: "Optional[
     logging.addLevelName(TRACE, "TRACE")
     if _handler is not None:
         log.removeHandler(_handler)
-    handler = logging.StreamHandler(sys.stdout)
+    handler = CombiningStreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
     handler.addFilter(RedactFilter(list(secrets or [])))
     log.addHandler(handler)
