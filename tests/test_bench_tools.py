@@ -48,6 +48,18 @@ def test_a_burst_against_a_platform_that_answers_results_late(tmp_path) -> None:
     assert len(sample["latencies"]) == 8 and min(sample["latencies"]) >= 0.2
 
 
+def test_the_sequential_scenario_end_to_end(tmp_path) -> None:
+    # Its jobs are counted as the platform finalises them (input i >= 0),
+    # one at a time; a count that missed one would wait out the timeout.
+    args = build_parser().parse_args(["pipeline", "--scenario", "sequential", "--sequential", "3",
+                                      "--seconds", "0", "--take-cost", "0.01", "--reps", "1",
+                                      "--out", str(tmp_path)])
+    samples, _ = run(args)
+    (sample,) = samples
+    assert sample["all_done"] and sample["lost"] == 0 and sample["duplicates"] == 0, sample
+    assert len(sample["latencies"]) == 3
+
+
 @pytest.mark.parametrize("spec", ["cur=", "=python -m x", "cur='unclosed"])
 def test_an_arm_without_a_name_or_a_command_is_a_clear_error(spec: str, tmp_path) -> None:
     with pytest.raises(SystemExit, match="arm"):
