@@ -53,10 +53,7 @@ class CombiningStreamHandler(logging.StreamHandler):
             self.handleError(record)
             return
         self._queued.append((line, record))
-        if record.levelno >= self.sync_level:
-            self._write_queued(wait=True)
-        else:
-            self._write_queued(wait=False)
+        self._write_queued(wait=record.levelno >= self.sync_level)
 
     def flush(self) -> None:
         """Write every queued line and flush the stream."""
@@ -73,11 +70,8 @@ class CombiningStreamHandler(logging.StreamHandler):
         while (queued or wait) and lock.acquire(wait):
             wait = False
             try:
-                while queued:
-                    batch = []
-                    while queued:
-                        batch.append(queued.popleft())
-                    self._write(batch)
+                while queued:  # (only the lock's holder takes lines out)
+                    self._write([queued.popleft() for _ in range(len(queued))])
             finally:
                 lock.release()
 
