@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import console
 from . import faults as F
+from .request_head import HeadError, parse_request_line, read_headers
 from .state import JobStore, RequestRecord
 
 log = logging.getLogger("slotworker.platform")
@@ -119,6 +120,33 @@ class PlatformHandler(BaseHTTPRequestHandler):
     server: PlatformHTTPServer
 
     # ------------------------------------------------------------ plumbing
+    def parse_request(self) -> bool:
+        """The request line and headers (``request_head``), in place of http.server's email parser.
+
+        False when the request was answered already (an error) or needs no
+        answer (a blank line); the connection then closes.
+        """
+        self.command = None  # type: ignore[assignment]  # until the request line is read
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if not line.strip():
+            return False
+        try:
+            self.command, path, self.request_version, version = parse_request_line(line)
+            if path.startswith("//"):  # as http.server does: not a scheme-relative URL
+                path = "/" + path.lstrip("/")
+            self.path = path
+            self.headers = read_headers(self.rfile)  # type: ignore[assignment]
+        except HeadError as exc:
+            self.send_error(exc.status, exc.message)
+            return False
+        connection = (self.headers.get("Connection") or "").lower()
+        self.close_connection = connection == "close" or (version < (1, 1) and connection != "keep-alive")
+        if version >= (1, 1) and (self.headers.get("Expect") or "").lower() == "100-continue":
+            return self.handle_expect_100()
+        return True
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("%s " + format, self.address_string(), *args)
 
