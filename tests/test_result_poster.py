@@ -222,6 +222,51 @@ def test_posts_whose_answers_come_fast_get_no_thread_for_an_idle_cpu(monkeypatch
     poster.shutdown(wait=True, timeout=DEADLINE)
 
 
+def test_posts_mostly_waiting_on_the_answer_get_one_more_thread_and_no_more(monkeypatch) -> None:
+    # Each post takes 20 ms, 13 ms of them the platform's answer, on an idle
+    # CPU: a second poster overlaps its wait with the first one's 7 ms here
+    # (13 >= 1 x 7), a third would not (13 < 2 x 7). A post slowed by a busy
+    # machine only makes a third less likely; a second comes up to 26 ms.
+    # (Stalls are out of the way.)
+    monkeypatch.setattr(result_poster, "STALL_SECONDS", 3600.0)
+    monkeypatch.setattr(result_poster, "IDLE_CPU_SHARE", float("inf"))
+    poster = ResultPoster(answer_seconds=lambda: 0.013)
+    most = 0
+    done = threading.Semaphore(0)
+
+    def post() -> None:
+        nonlocal most
+        most = max(most, len(poster))
+        threading.Event().wait(0.02)
+        done.release()
+    for _ in range(150):
+        poster.submit(post)
+    for _ in range(150):
+        assert done.acquire(timeout=DEADLINE)
+    assert most == BASE_THREADS + 1
+    poster.shutdown(wait=True, timeout=DEADLINE)
+
+
+def test_the_answer_rule_counts_the_posters_at_work() -> None:
+    poster = ResultPoster(answer_seconds=lambda: 0.2)
+    try:
+        with poster._lock:
+            poster._post_seconds = 0.3  # 0.1 here, 0.2 waiting for the answer
+            assert poster._answers_outlast_posting_locked()  # no thread yet
+            poster._threads.extend([threading.current_thread()] * 2)  # two at work (stand-ins)
+            assert poster._answers_outlast_posting_locked()  # 0.2 >= 2 x 0.1
+            poster._threads.append(threading.current_thread())
+            assert not poster._answers_outlast_posting_locked()  # 0.2 < 3 x 0.1
+            poster._aside = 1  # one of them waits to retry: not at work
+            assert poster._answers_outlast_posting_locked()
+            poster._post_seconds = 5.0  # the time goes here, not to the answer
+            assert not poster._answers_outlast_posting_locked()
+            del poster._threads[:]
+            poster._aside = 0
+    finally:
+        poster.shutdown(wait=True, timeout=DEADLINE)
+
+
 def test_shutdown_runs_what_was_queued_first() -> None:
     poster = ResultPoster()
     ran: List[int] = []

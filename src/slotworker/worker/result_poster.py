@@ -27,15 +27,19 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
   up the results behind it;
 - if results are waiting (no take, or the last one taken had waited, for
   :data:`GROW_AFTER_WAIT`) while the process used under
-  :data:`IDLE_CPU_SHARE` of one core since the last look and the platform
-  takes :data:`SLOW_ANSWER_SECONDS` or more to answer a post, results wait
-  on the platform's latency, which more threads hide (a platform answering
-  in 50 ms needs 25 of them for 500 results a second): one more;
-- otherwise they wait on the GIL, which more threads would only contend for
-  (on the local platform at 512 slots, a burst of 16,384 jobs: t99 22.8 s
-  and 0.38 ms of CPU a job with posters added on idle CPU alone, as a GIL
-  convoy leaves the CPU half idle, against 19.8 s and 0.24 ms without):
-  none.
+  :data:`IDLE_CPU_SHARE` of one core since the last look, and the platform's
+  answer is at least as long as the rest of a post (its time here) times
+  the posters at work, results wait on the platform's latency, which one
+  more thread hides, overlapping its wait with the others' work: one more.
+  A platform answering in 50 ms and a post's own 0.1 ms allow hundreds; on
+  the local platform at 1,024 slots (answers in 0.2 ms, posts of 0.3 ms) a
+  second poster posts a wave's results half again as fast (about 5,000 a
+  second against 3,300), and then the CPU is no longer idle;
+- otherwise they wait on this process (the GIL), which more threads would
+  only contend for (on the local platform at 512 slots, a burst of 16,384
+  jobs: t99 22.8 s and 0.38 ms of CPU a job with posters added on idle CPU
+  alone, as a GIL convoy leaves the CPU half idle, against 19.8 s and
+  0.24 ms without): none.
 
 Where the platform has been taking that long to answer (the quickest of
 its recent answers; without a measure of it, a moving average of a task's
@@ -75,9 +79,6 @@ MAX_THREADS = 256
 GROW_AFTER_WAIT = 0.02
 #: ... while the process used less CPU than this (cores) since the last look.
 IDLE_CPU_SHARE = 0.5
-#: ... and while the platform takes this long (seconds) to answer a post: below it, a post
-#: waits on this process (the GIL, at hundreds of slots), which more threads would not hide.
-SLOW_ANSWER_SECONDS = 0.001
 #: No result taken for this long (seconds) while results wait: every poster is stuck; add one.
 STALL_SECONDS = 0.25
 #: A look at the CPU this recent (seconds) still counts for a result that finds no poster free.
@@ -249,6 +250,22 @@ class ResultPoster(QueueThreads):
                 return answer
         return self._post_seconds or 0.0  # (no answer of late: a task's time stands in)
 
+    def _answers_outlast_posting_locked(self) -> bool:
+        """Whether one more poster would hide the platform's answer time (hold ``_lock``).
+
+        Yes while the answer is at least the rest of a post (the time a post
+        spends in this process: its work, and its waits for the GIL) times
+        the posters at work: each of them then waits on the platform for
+        longer than the others take to do their part, and one more overlaps
+        that wait with theirs. A post whose time goes to this process, not
+        to the answer, gets none.
+        """
+        post = self._post_seconds
+        if post is None:  # no post has ended yet: nothing to weigh
+            return False
+        answer = self._platform_wait()
+        return answer >= (len(self._threads) - self._aside) * max(0.0, post - answer)
+
     def _start_poster_locked(self) -> Optional[str]:
         """Start a poster thread (hold ``_lock``); why it could not, or None."""
         try:  # listed first: beyond the base, it counts itself for its idle exit
@@ -341,7 +358,7 @@ class ResultPoster(QueueThreads):
             waited = self._last_waited if self._last_take >= self._watch_from else 0.0
             behind = quiet >= GROW_AFTER_WAIT or waited >= GROW_AFTER_WAIT
             # Waiting on the platform's answers (not on the GIL): more threads hide them.
-            latency = share < IDLE_CPU_SHARE and self._platform_wait() >= SLOW_ANSWER_SECONDS
+            latency = share < IDLE_CPU_SHARE and self._answers_outlast_posting_locked()
             if len(self._threads) >= self._max or not (stalled or (behind and latency)):
                 continue
             if self._start_poster_locked() is None:
