@@ -213,13 +213,24 @@ def test_takes_stop_polls_and_pings_use_the_captured_paths(scenario: Any) -> Non
     gets = [r for r in actual if r["method"] == "GET"]
     allowed = {r["path"] for r in expected if r["method"] == "GET"}
     # Which jobs a heartbeat happens to land during is timing (a slow
-    # interpreter catches short ones too); its form for any of them is fixed.
+    # interpreter catches short ones too), and it may land on up to three:
+    # a job's slot is given back once its result is queued, so the next job
+    # can run while that result posts, and one more may be taken ahead; all
+    # are held (runpod joins the ids of the jobs it holds with commas too).
+    # Its form for any of them is fixed.
     job_ids = {r["path"].split("?")[0].rsplit("/", 1)[1] for r in posts(expected)}
-    allowed |= {f"/v2/ep/ping/w1?gpu=SIM&job_id={j}&runpod_version=1.12.0" for j in job_ids}
+    prefix, suffix = "/v2/ep/ping/w1?gpu=SIM&job_id=", "&runpod_version=1.12.0"
+
+    def known_ping(path: str) -> bool:
+        if not (path.startswith(prefix) and path.endswith(suffix)):
+            return False
+        held = path[len(prefix):-len(suffix)].split(",")
+        return len(set(held)) == len(held) <= 3 and set(held) <= job_ids
     # runpod never takes while its one slot is busy; the default policy may
     # take ahead as the job ends, in the form runpod uses for such a take.
     allowed.add("/v2/ep/job-take/w1?gpu=SIM&job_in_progress=1")
-    assert {g["path"] for g in gets} <= allowed | {PING_IDLE}, {g["path"] for g in gets} - allowed
+    unknown = {g["path"] for g in gets} - allowed - {PING_IDLE}
+    assert not {path for path in unknown if not known_ping(path)}, unknown
     kinds = {g["path"].split("?")[0].split("/")[3] for g in gets}
     assert {"job-take", "ping"} <= kinds
     for get in gets:
