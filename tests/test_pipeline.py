@@ -12,7 +12,7 @@ import time
 
 from slotworker.worker.take_policies import PipelinePolicy, Snapshot
 
-from support import Gate, WorkerThread
+from support import Gate, WorkerThread, wait_for
 
 DEADLINE = 60.0
 
@@ -174,6 +174,38 @@ def test_the_run_time_is_the_median_of_a_wave_so_its_last_slow_exits_do_not_make
     assert abs(policy.job_seconds - 1.0) < 1e-9
 
 
+def test_the_run_time_counts_from_the_jobs_thread_not_from_a_hand_out_that_woke_it_late() -> None:
+    # As recorded at 1,024 slots x 1 s: a wave handed out at once at 10.0
+    # wakes its threads in turn over 0.12 s, and each job runs 1 s from its
+    # thread's start. Counted from the hand-out, the run time was the
+    # median 1.06 s, and the next take, for a wave whose jobs started one by
+    # one as slots freed, landed 0.06 s after its slots had begun to free.
+    policy = PipelinePolicy()
+    policy.observe_take(1024, 1024, 0.5)
+    policy.observe_starts(10.0, 1024)
+    for k in range(1024):
+        began = 10.0 + 0.12 * k / 1023
+        policy.observe_exit(10.0, began + 1.0, began)
+    assert policy._starts == []
+    now = 100.0
+    for k in range(1024):  # the next wave, its jobs started as slots freed, 0.2 s ago
+        policy.observe_start(now - 0.2 + 0.12 * k / 1023)
+    n, look_again = policy._plan(Snapshot(free=0, in_use=1024, pending=0), now)
+    assert abs(policy.job_seconds - 1.0) < 1e-9
+    # The first of them end at now + 0.8: a take sent one round trip before
+    # lands then (or a short wait gathers the rest; never later than the last).
+    assert n == 0 and look_again is not None and 0.3 - 1e-6 <= look_again - now <= 0.42 + 0.01
+
+
+def test_without_a_thread_start_the_run_time_counts_from_the_hand_out() -> None:
+    policy = PipelinePolicy()
+    policy.observe_start(5.0)
+    policy.observe_exit(5.0, 6.5)
+    policy.observe_start(7.0)
+    policy.observe_exit(7.0, 8.0, 6.9)  # a start before the hand-out is not believed
+    assert list(policy._runs) == [1.5, 1.0] and policy._starts == []
+
+
 def test_with_few_slots_the_run_time_is_the_median_of_the_last_few_jobs_not_the_last_one() -> None:
     policy = PipelinePolicy()
     policy.observe_take(1, 1, 0.5)
@@ -309,3 +341,20 @@ def test_prefetch_holds_jobs_beyond_the_free_slots_and_lists_them_in_the_heartbe
         wt.stop()
     assert platform.counts()["duplicates"] == 0
     assert [platform.status(j)["status"] for j in ids] == ["COMPLETED"] * 6
+
+
+def test_a_worker_tells_the_policy_when_each_jobs_thread_took_it_up(platform) -> None:
+    ids = [platform.submit({"i": i}) for i in range(16)]
+    worker = WorkerThread(platform, lambda job: job["input"], concurrency=4)
+    policy = worker.worker.take_loop.policy
+    real = policy.observe_exit
+    seen = []
+
+    def spy(started: float, ended: float, began: "float | None" = None) -> None:
+        seen.append((started, ended, began))
+        real(started, ended, began)
+    policy.observe_exit = spy  # type: ignore[method-assign]
+    with worker:
+        assert platform.wait_final(ids, DEADLINE)
+        assert wait_for(lambda: len(seen) == len(ids), DEADLINE)
+    assert all(began is not None and started <= began <= ended for started, ended, began in seen)

@@ -6,7 +6,7 @@ import random
 import threading
 import time
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -438,7 +438,7 @@ def test_a_failing_policy_update_still_gives_each_slot_back_once(make_platform, 
     worker = WorkerThread(platform, lambda job: job["input"], concurrency=2)
     loop = worker.worker.take_loop
 
-    def broken(started: float, ended: float) -> None:
+    def broken(started: float, ended: float, began: Optional[float] = None) -> None:
         raise RuntimeError("policy bookkeeping failed")
     loop.policy.observe_exit = broken  # type: ignore[method-assign]
     with worker:

@@ -321,7 +321,7 @@ class TakeLoop:
         self.threads.submit_all([(job, started) for job in jobs], busy=self.slots.in_use)
 
     def _job_thread(self, job: Any, started: float) -> None:
-        hold = _SlotHold(started)
+        hold = _SlotHold(started, time.monotonic())
         self.runner.run(job, lambda: self._job_over(hold), lambda: self._leave_slot_early(hold))
 
     def _backlog(self) -> int:
@@ -349,7 +349,7 @@ class TakeLoop:
     def _give_back_locked(self, hold: "_SlotHold", ended: float) -> None:
         hold.state = _POSTING
         self._posting += 1  # before the slot shows free: no look in between finds the worker drained
-        self._free_slot_locked(hold.started, ended)
+        self._free_slot_locked(hold, ended)
 
     def _job_over(self, hold: "_SlotHold") -> None:
         """The job is over here (its result posted or given up on, or none due)."""
@@ -365,7 +365,7 @@ class TakeLoop:
                 if hold.state is _QUEUED:
                     self._queued.remove(hold)  # at most one per slot
                 hold.state = _OVER
-                self._free_slot_locked(hold.started, ended)
+                self._free_slot_locked(hold, ended)
 
     def _retries_over(self) -> None:
         """No result waits to retry any more: queued results may give their slots back."""
@@ -385,14 +385,14 @@ class TakeLoop:
             self._give_back_locked(queued.popleft(), now)
             self.given_back_queued += 1
 
-    def _free_slot_locked(self, started: float, ended: float) -> None:
+    def _free_slot_locked(self, hold: "_SlotHold", ended: float) -> None:
         """Give a job's slot back and start what waits (hold ``_mutex``)."""
         # The policy forgets the job before its slot shows free: a plan made
         # in between counts the slot once (free), not twice (free, and a job
         # about to end). Its failing (a bug of ours) costs an estimate, never
         # the slot: the caller has already marked the job as out of it.
         try:
-            self.policy.observe_exit(started, ended)
+            self.policy.observe_exit(hold.started, ended, hold.began)
         except Exception:
             log.exception("internal error in the take policy's bookkeeping; the slot is given back")
         self.slots.release(1)
@@ -432,8 +432,9 @@ _HOLDING, _QUEUED, _POSTING, _OVER = "holding", "queued", "posting", "over"
 class _SlotHold:
     """One job's hold on its slot; changed under the take loop's ``_mutex``."""
 
-    __slots__ = ("started", "state")
+    __slots__ = ("started", "began", "state")
 
-    def __init__(self, started: float) -> None:
-        self.started = started
+    def __init__(self, started: float, began: float) -> None:
+        self.started = started  # handed its slot
+        self.began = began  # taken up by its thread
         self.state = _HOLDING
