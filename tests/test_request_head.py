@@ -24,7 +24,8 @@ def test_headers_match_any_case_keep_their_order_and_the_first_repeat_wins() -> 
     assert h.get("X-TWICE") == "one" and h.get_all("x-twice") == ["one", "two"]
     assert h.items() == [("Host", "x"), ("X-Twice", "one"), ("content-LENGTH", "12"), ("x-twice", "two")]
     assert "host" in h and "Accept" not in h and h.get("Accept") is None and h.get("Accept", "d") == "d"
-    assert list(h) == ["Host", "X-Twice", "content-LENGTH", "x-twice"] and len(h) == 4
+    assert list(h) == h.keys() == ["Host", "X-Twice", "content-LENGTH", "x-twice"] and len(h) == 4
+    assert h.values() == ["x", "one", "12", "two"]
 
 
 def test_the_reader_stops_at_the_blank_line_and_leaves_the_body() -> None:
@@ -48,6 +49,8 @@ def test_values_keep_latin_1_and_empty_values_are_values() -> None:
     (b"Bad Name: x\r\n\r\n", 400),
     (b": no name\r\n\r\n", 400),
     (b" starts folded: x\r\n\r\n", 400),
+    (b"Host: x\r\nContent-Length: 5\r\n", 400),  # the connection ended inside the head
+    (b"", 400),
     (b"X-Big: " + b"a" * MAX_LINE + b"\r\n\r\n", 431),
     (b"".join(b"X-%d: v\r\n" % i for i in range(MAX_HEADERS + 1)) + b"\r\n", 431),
 ])
@@ -67,6 +70,7 @@ def test_request_lines() -> None:
     assert parse_request_line("GET / HTTP/1.0")[3] == (1, 0)
     for line, status in [("NONSENSE", 400), ("GET /", 400), ("GET / HTTP/1.1 extra", 400),
                          ("GET / HTTX/1.1", 400), ("GET / HTTP/1", 400), ("GET / HTTP/1.x", 400),
+                         ("GET / HTTP/\uff11.\uff11", 400),
                          ("GET / HTTP/2.0", 505)]:
         with pytest.raises(HeadError) as info:
             parse_request_line(line)

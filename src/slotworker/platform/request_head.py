@@ -12,7 +12,8 @@ What it takes: a request line ``METHOD target HTTP/x.y`` (under 2.0;
 anything else is a 400, or a 505 for a later version); header lines up to
 64 KiB each and at most 100 of them (else a 431, as :mod:`http.server`
 answers); a line starting with a space or a tab continues the header
-before it (its text joins that value after one space).
+before it (its text joins that value after one space). A connection that
+ends inside the head is a 400 too: nothing half-read is dispatched.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 #: The longest request or header line, in bytes (http.server's limit).
 MAX_LINE = 65536
-#: The most header lines a request may carry (http.client's limit).
+#: The most header lines a request may carry.
 MAX_HEADERS = 100
 
-_BLANK = (b"\r\n", b"\n", b"")
+_BLANK = (b"\r\n", b"\n")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 token)
-_VERSION = re.compile(r"HTTP/(\d{1,10})\.(\d{1,10})")
+_VERSION = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")
 
 
 class HeadError(Exception):
@@ -69,6 +70,14 @@ class RequestHeaders:
         """``(name, value)`` pairs as sent, in order."""
         return list(self._items)
 
+    def keys(self) -> List[str]:
+        """The names as sent, in order (a repeated name as often as it came)."""
+        return [name for name, _ in self._items]
+
+    def values(self) -> List[str]:
+        """The values, in order."""
+        return [value for _, value in self._items]
+
     def __getitem__(self, name: str) -> Optional[str]:
         return self._first.get(name.lower())
 
@@ -108,6 +117,8 @@ def read_headers(rfile: BinaryIO) -> RequestHeaders:
         line = rfile.readline(MAX_LINE + 1)
         if len(line) > MAX_LINE:
             raise HeadError(431, "a header line is over 64 KiB")
+        if not line:  # the client closed the connection before the end of the headers
+            raise HeadError(400, "the connection ended inside the request's headers")
         if line in _BLANK:
             return RequestHeaders(items)
         lines += 1

@@ -31,17 +31,20 @@ no poster is free to take them. Every :data:`GROW_AFTER_WAIT` it looks:
   answer is at least as long as the rest of a post (its time here) times
   the posters at work, results wait on the platform's latency, which one
   more thread hides, overlapping its wait with the others' work: one more.
+  (Without a recent measure of the answer, a post of
+  :data:`SLOW_POST_SECONDS` or more counts as waiting on the platform.)
   A platform answering in 50 ms and a post's own 0.1 ms allow hundreds; on
   the local platform at 1,024 slots (answers in 0.2 ms, posts of 0.3 ms) a
   second poster posts a wave's results half again as fast (about 5,000 a
-  second against 3,300), and then the CPU is no longer idle;
+  second against 3,300); the rule would allow a third, but by then the CPU
+  is no longer idle;
 - otherwise they wait on this process (the GIL), which more threads would
   only contend for (on the local platform at 512 slots, a burst of 16,384
   jobs: t99 22.8 s and 0.38 ms of CPU a job with posters added on idle CPU
   alone, as a GIL convoy leaves the CPU half idle, against 19.8 s and
   0.24 ms without): none.
 
-Where the platform has been taking that long to answer (the quickest of
+Where the platform has been taking :data:`GROW_AFTER_WAIT` or more to answer (the quickest of
 its recent answers; without a measure of it, a moving average of a task's
 time less its waits to retry) and a look in the last
 :data:`SHARE_FRESH_SECONDS` found the CPU idle, a result that finds no
@@ -79,6 +82,8 @@ MAX_THREADS = 256
 GROW_AFTER_WAIT = 0.02
 #: ... while the process used less CPU than this (cores) since the last look.
 IDLE_CPU_SHARE = 0.5
+#: ... and, when the platform's answer time is not known, while a post takes this long (seconds).
+SLOW_POST_SECONDS = 0.001
 #: No result taken for this long (seconds) while results wait: every poster is stuck; add one.
 STALL_SECONDS = 0.25
 #: A look at the CPU this recent (seconds) still counts for a result that finds no poster free.
@@ -263,7 +268,9 @@ class ResultPoster(QueueThreads):
         post = self._post_seconds
         if post is None:  # no post has ended yet: nothing to weigh
             return False
-        answer = self._platform_wait()
+        answer = self._answer_seconds() if self._answer_seconds is not None else None
+        if answer is None:  # only a post's whole time is known: it cannot be split
+            return post >= SLOW_POST_SECONDS
         return answer >= (len(self._threads) - self._aside) * max(0.0, post - answer)
 
     def _start_poster_locked(self) -> Optional[str]:
