@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from slotworker.platform import Platform
 from slotworker.config import DEFAULT_TAKE_POLICY, Options, Settings
@@ -70,6 +71,23 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
             return False
         time.sleep(0.002)
     return True
+
+
+def raw_exchange(platform: Platform, raw: bytes, timeout: float = 10.0) -> Tuple[int, Dict[str, str], bytes]:
+    """Send ``raw`` bytes to the platform, read until it closes the connection;
+    (status, headers, body) of the last answer."""
+    with socket.create_connection(("127.0.0.1", platform.port), timeout=timeout) as s:
+        s.sendall(raw)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.rpartition(b"HTTP/1.1 ")[2].partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[0]), headers, body
 
 
 class Gate:

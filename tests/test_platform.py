@@ -16,6 +16,8 @@ import requests
 
 from slotworker.platform import Faults, Platform
 
+from support import raw_exchange
+
 WAIT = 10.0  # generous deadline for anything that should happen "soon"
 
 
@@ -435,18 +437,8 @@ def test_chunked_bodies_are_read(platform: Platform) -> None:
 
 
 def test_garbage_request_line_gets_a_json_error_not_a_traceback(platform: Platform) -> None:
-    import socket
-
-    with socket.create_connection(("127.0.0.1", platform.port), timeout=WAIT) as s:
-        s.sendall(b"NONSENSE\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400") and "error" in json.loads(body)
+    status, _, body = raw_exchange(platform, b"NONSENSE\r\n\r\n")
+    assert status == 400 and "error" in json.loads(body)
 
 
 def test_body_over_max_body_is_413_without_reading_it(make_platform: Any) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-from typing import Dict, Tuple
 
 import pytest
 import requests
@@ -13,6 +12,8 @@ import requests
 from slotworker.platform import Platform
 from slotworker.platform.request_head import (MAX_HEADERS, MAX_LINE, HeadError, parse_request_line,
                                               read_headers)
+
+from support import raw_exchange
 
 WAIT = 10.0
 
@@ -78,22 +79,6 @@ def test_request_lines() -> None:
 
 
 # ---------------------------------------------------------------- over a socket
-def exchange(p: Platform, raw: bytes) -> Tuple[int, Dict[str, str], bytes]:
-    """Send ``raw``, read until the platform closes; (status, headers, body) of the last answer."""
-    with socket.create_connection(("127.0.0.1", p.port), timeout=WAIT) as s:
-        s.sendall(raw)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.rpartition(b"HTTP/1.1 ")[2].partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.split(": ", 1) for line in lines[1:])
-    return int(lines[0].split()[0]), headers, body
-
-
 @pytest.mark.parametrize("raw, status", [
     (b"GET /health HTTP/1.1\r\nBad Name: x\r\n\r\n", 400),
     (b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * MAX_LINE + b"\r\n\r\n", 431),
@@ -102,21 +87,21 @@ def exchange(p: Platform, raw: bytes) -> Tuple[int, Dict[str, str], bytes]:
 ])
 def test_a_bad_head_gets_a_json_error_and_the_connection_closes(platform: Platform, raw: bytes,
                                                                  status: int) -> None:
-    got, headers, body = exchange(platform, raw)
+    got, headers, body = raw_exchange(platform, raw)
     assert got == status and headers["Connection"] == "close"
     assert json.loads(body)["status"] == status
 
 
 def test_connection_close_and_http_1_0_end_the_connection_after_the_answer(platform: Platform) -> None:
     for raw in (b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", b"GET /health HTTP/1.0\r\n\r\n"):
-        status, headers, body = exchange(platform, raw)
+        status, headers, body = raw_exchange(platform, raw)
         assert status == 200 and headers["Connection"] == "close" and "jobs" in json.loads(body)
 
 
 def test_two_requests_in_one_send_are_both_answered_on_the_kept_connection(platform: Platform) -> None:
     raw = (b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{\"input\": 1}"
            b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: CLOSE\r\n\r\n")
-    status, headers, _ = exchange(platform, raw)
+    status, headers, _ = raw_exchange(platform, raw)
     assert status == 200 and headers["Connection"] == "close"
     assert platform.counts()["submitted"] == 1
 

@@ -79,13 +79,13 @@ class RequestHeaders:
         return [value for _, value in self._items]
 
     def __getitem__(self, name: str) -> Optional[str]:
-        return self._first.get(name.lower())
+        return self.get(name)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._first
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, _ in self._items)
+        return iter(self.keys())
 
     def __len__(self) -> int:
         return len(self._items)
