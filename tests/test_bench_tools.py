@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from slotworker.tools.bench import build_parser, resolve_arm, run
+from slotworker.tools.bench import build_parser, cpu_seconds, resolve_arm, run
 from slotworker.tools.matrix import floor_seconds, table
 
 
@@ -21,6 +24,37 @@ def test_a_late_answer_to_result_posts_delays_only_the_last_wave() -> None:
     # Slots are given back as results are queued: the answers overlap the next waves.
     assert floor_seconds(0.4, 0.5, 16, post=0.05) == pytest.approx(8.45)
     assert floor_seconds(1.0, 0.5, 8, post=0.25) == pytest.approx(0.5 + 8 * 1.0 + 0.25)
+
+
+# A child that spends CPU in a thread which then exits, prints its own CPU
+# clock, and blocks on stdin (spending none) until the test is done with it.
+_BURNER = """
+import sys, threading, time
+def burn():
+    until = time.process_time() + 0.123
+    while time.process_time() < until:
+        pass
+worker = threading.Thread(target=burn)
+worker.start()
+worker.join()
+print(repr(time.process_time()), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads another process's CPU clock")
+def test_cpu_seconds_counts_a_finished_thread_to_the_nanosecond() -> None:
+    # /proc/<pid>/stat counts in 10 ms ticks: a 32-slot cell spends about ten.
+    child = subprocess.Popen([sys.executable, "-c", _BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        own = float(child.stdout.readline())
+        seen = cpu_seconds(child.pid)
+    finally:
+        child.stdin.close()
+        child.wait(30)
+    assert own >= 0.123
+    assert seen is not None and seen == pytest.approx(own, abs=0.002)
+    assert cpu_seconds(child.pid) is None  # reaped: no such process
 
 
 def test_the_matrix_table_has_a_row_per_cell_and_a_column_per_arm() -> None:
