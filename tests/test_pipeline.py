@@ -36,28 +36,32 @@ def test_a_batch_about_to_end_is_worth_a_short_wait() -> None:
 def test_back_from_its_wait_it_takes_rather_than_wait_again() -> None:
     now = 100.0
     # Back at the time it chose (jobs ran late: the batch it waited for is
-    # again a few ms past the landing), it takes what will be free rather
-    # than wait once more: waiting for each next few ends re-planned every
-    # few ms as a large wave's ends spread out.
+    # again a few ms past the landing), it takes now rather than wait once
+    # more (waiting for each next few ends re-planned every few ms as a
+    # large wave's ends spread out): what will be free, and the batch about
+    # to end, whose jobs wait here for their slots.
     policy = learned(0.5, 1.0, [now - 0.51, now - 0.49, now - 0.49, now - 0.49])
     assert policy._plan(Snapshot(free=0, in_use=4, pending=0), now)[0] == 0
     n, look_again = policy._plan(Snapshot(free=0, in_use=4, pending=0), now, waited=True)
-    assert (n, look_again) == (1, None)
+    assert (n, look_again) == (4, None)
 
 
-def test_a_wave_whose_ends_spread_out_is_waited_for_whole_not_split() -> None:
+def test_a_wave_whose_ends_spread_out_is_taken_whole_as_its_first_jobs_end() -> None:
     now = 100.0
     # 1,024 slots whose jobs end over 0.12 s, from 0.37 s after a take sent
-    # now would land: one take landing as the last ends beats one landing
-    # mid-wave, which would leave the other half idle a round trip more.
+    # now would land (a wave started as the slots of one handed out at once
+    # freed, its threads waking in turn). One take for the whole wave,
+    # landing as its first jobs end: its jobs for slots still held wait
+    # here and start as those free. Landing as the last end (as this policy
+    # did) left the slots that freed first idle for up to 0.12 s a wave; a
+    # take of the first few would leave the rest idle a round trip more.
     starts = [now - 1.0 + 0.5 + 0.37 + 0.12 * i / 1024 for i in range(1024)]
     policy = learned(0.5, 1.0, starts)
-    n, look_again = policy._plan(Snapshot(free=0, in_use=1024, pending=0), now)
-    assert n == 0 and look_again is not None
-    assert look_again - now >= 0.49  # (the whole wave ends by now + 0.5 + 0.49)
-    # Back at that time, the one take asks for the whole wave.
-    n, _ = policy._plan(Snapshot(free=0, in_use=1024, pending=0), look_again, waited=True)
-    assert n == 1024
+    full = Snapshot(free=0, in_use=1024, pending=0)
+    assert policy._look(full, now) == 0
+    look_again = policy._look_again
+    assert look_again is not None and 0.37 <= look_again - now < 0.38  # (the first end, less a round trip)
+    assert policy._look(full, look_again) == 1024
 
 
 def test_a_look_set_a_round_trip_before_a_wave_ends_weighs_afresh_rather_than_take_its_first_few() -> None:
@@ -83,22 +87,23 @@ def test_a_look_set_a_round_trip_before_a_wave_ends_weighs_afresh_rather_than_ta
 def test_back_from_a_wait_it_may_wait_once_more_for_the_few_that_started_late() -> None:
     # As recorded at 128 slots x 1 s jobs: a batch landed while 21 of the
     # last wave's slots were still held, so 14 of its jobs started a few ms
-    # after the rest. Back from the wait for the whole wave, those 14 end 5 ms
-    # after a take sent then would land: a take of the other 114 would split
-    # the wave for good (the 14 a take behind, to the burst's end). It waits
-    # once more; back from that second wait it takes what is free.
+    # after the rest. Back from the wait for the first 114 to end, the 14
+    # end 5 ms after a take sent then would land: a take of the 114 alone
+    # would split the wave for good (the 14 a take behind, to the burst's
+    # end). It waits once more; back from that second wait it takes now,
+    # the 14 (late again) with the rest.
     now = 100.0
     policy = learned(0.5, 1.0, [now - 0.49] * 114 + [now - 0.48] * 14)
     full = Snapshot(free=0, in_use=128, pending=0)
     assert policy._look(full, now) == 0
     first = policy._look_again
-    assert first is not None and now + 0.02 < first < now + 0.03
+    assert first is not None and now + 0.01 < first < now + 0.015
     policy._starts = sorted([now - 0.49] * 114 + [first - 0.495] * 14)  # the 14 end 5 ms late
     assert policy._look(full, first) == 0
     second = policy._look_again
     assert second is not None and first + 0.005 < second < first + 0.01
     policy._starts = sorted([now - 0.49] * 114 + [second - 0.497] * 14)  # late again
-    assert policy._look(full, second) == 114
+    assert policy._look(full, second) == 128
 
 
 def test_slots_freeing_steadily_are_taken_at_once() -> None:

@@ -211,7 +211,12 @@ class PipelinePolicy(TakePolicy):
     faster than ``C`` per round trip: a whole batch about to end is worth a
     short wait, and so is the rest of a wave whose ends spread out (at
     1,024 slots, over the 0.1 s or so it takes to hand a wave out), while
-    slots freeing at a steady rate are taken at once, back to back. A job
+    slots freeing at a steady rate are taken at once, back to back. Ends
+    worth gathering are not waited for to the last: the take is timed to
+    land as the first of them ends (once that is no more than
+    ``AHEAD_SHARE`` of the gathering wait away, it goes now) and asks for
+    them all, and the jobs for slots still held wait here, starting as
+    those free, for less than a round trip. A job
     taken and waiting for a slot counts as starting when the running job
     expected to end first does (one that keeps its slot while its result
     waits past the ``post_backlog``, say), so a take sent then asks for its
@@ -231,8 +236,10 @@ class PipelinePolicy(TakePolicy):
     MARGIN = 0.002
     #: Run times seen before ``est`` is trusted (one warm-up job says little about a burst).
     MIN_SAMPLES = 8
-    #: Waits in a row to gather ends, at most; back from the last, it takes what is free.
+    #: Waits in a row to gather ends, at most; back from the last, it takes what is free and what it gathers.
     GAIN_WAITS = 2
+    #: Ends worth gathering are taken ahead once the first is this share of the gathering wait away, or nearer.
+    AHEAD_SHARE = 0.25
 
     def __init__(self) -> None:
         # Guards every attribute below: job threads and the fetch thread.
@@ -346,21 +353,28 @@ class PipelinePolicy(TakePolicy):
         n0 = min(snapshot.free - snapshot.pending + max(0, by_landing - first), snapshot.free + snapshot.in_use)
         # Ends in (landing, landing + rtt]: what waiting d would add.
         within = bisect.bisect_right(starts, landing + rtt - est)
-        if waited and n0 > 0:
-            return n0, None
         # Waiting `wait` lands the ends up to i with this take, each of which
         # would otherwise wait a round trip for the next one; it delays every
         # slot's next job (and every take after) by `wait`.
         slots = snapshot.free + snapshot.in_use
-        best_gain, best_wait = 0.0, None
+        best_gain, best_wait, gathered = 0.0, None, 0
         for i in range(by_landing, within):
             wait = starts[i] + est - landing
             gain = (i - by_landing + 1) * rtt - slots * wait
             if gain > best_gain:
-                best_gain, best_wait = gain, wait
+                best_gain, best_wait, gathered = gain, wait, i - by_landing + 1
         if best_wait is not None:
+            # Worth gathering. The take lands as the first of those ends and
+            # asks for them all: the jobs for slots still held wait here and
+            # start as those free, rather than leave the slots that free
+            # first idle until the last (a wave handed out at once ends over
+            # the 0.1 s or more its threads took to wake, and the next one,
+            # started as slots freed, ends so too).
+            first_wait = starts[by_landing] + est - landing
+            if (waited and n0 > 0) or first_wait <= self.AHEAD_SHARE * best_wait:
+                return min(n0 + gathered, slots), None
             self._for_gain = True
-            return 0, now + best_wait + self.MARGIN
+            return 0, now + first_wait + self.MARGIN
         if n0 > 0:
             return n0, None
         if within < len(starts):  # the next expected end is more than a round trip away
