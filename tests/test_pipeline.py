@@ -106,6 +106,21 @@ def test_back_from_a_wait_it_may_wait_once_more_for_the_few_that_started_late() 
     assert policy._look(full, second) == 128
 
 
+def test_ends_that_jobs_already_waiting_here_will_take_are_waited_for_not_taken() -> None:
+    # 4 slots, 2 jobs taken and waiting for a slot: the two ends worth
+    # gathering (4 and 20 ms after a take sent now would land) free slots
+    # for those two, not for more. Nothing to ask for: it looks again when
+    # the last of them has ended (the plan then weighs afresh), rather than
+    # wait for a pending job to start, untimed.
+    now, rtt, est = 100.0, 0.1, 1.0
+    landing = now + rtt
+    ends = [landing + 0.004, landing + 0.02, landing + 0.5, landing + 0.9]
+    policy = learned(rtt, est, [end - est for end in ends])
+    n, look_again = policy._plan(Snapshot(free=0, in_use=4, pending=2), now)
+    assert n == 0 and look_again is not None
+    assert abs(look_again - (now + 0.02 + PipelinePolicy.MARGIN)) < 1e-9
+
+
 def test_slots_freeing_steadily_are_taken_at_once() -> None:
     now = 100.0
     # 16 slots, one job ending every 1/16 s from now on: waiting never gathers

@@ -17,8 +17,8 @@ through the narrow :class:`LoopView` the loop gives it::
 thread. Selected by the config key ``take_policy``:
 
 - ``pipeline`` (default): keep one take in flight, sent to land as the
-  running jobs end and sized to the slots free by then (see
-  :class:`PipelinePolicy`).
+  running jobs end and sized to the slots free by then, and to those of a
+  spread-out wave's ends just after (see :class:`PipelinePolicy`).
 - ``drain``: take every free slot; when full, wait until no job is
   in progress, at most :data:`FULL_WAIT_SECONDS`, so a drained worker takes a
   full batch at once and one straggler cannot hold the freed slots idle for
@@ -293,7 +293,8 @@ class PipelinePolicy(TakePolicy):
 
     def _look(self, snapshot: Snapshot, now: float) -> int:
         # Back from GAIN_WAITS waits in a row chosen for what they gather:
-        # take what is free now rather than wait again for the next few ends
+        # take now (what is free, and the ends gathered just after) rather
+        # than wait again for the next few ends
         # (as a large wave's ends spread out, each short wait looked worth
         # it, and it re-planned every few ms). Back from the first, it may
         # wait once more: the jobs of a batch that landed while the last
@@ -370,11 +371,14 @@ class PipelinePolicy(TakePolicy):
             # first idle until the last (a wave handed out at once ends over
             # the 0.1 s or more its threads took to wake, and the next one,
             # started as slots freed, ends so too).
+            # With jobs taken and waiting for a slot, those may be all that
+            # the first ends free (n <= 0): then it waits, as for the last.
             first_wait = starts[by_landing] + est - landing
-            if (waited and n0 > 0) or first_wait <= self.AHEAD_SHARE * best_wait:
-                return min(n0 + gathered, slots), None
+            n = min(n0 + gathered, slots)
+            if n > 0 and ((waited and n0 > 0) or first_wait <= self.AHEAD_SHARE * best_wait):
+                return n, None
             self._for_gain = True
-            return 0, now + first_wait + self.MARGIN
+            return 0, now + (first_wait if n > 0 else best_wait) + self.MARGIN
         if n0 > 0:
             return n0, None
         if within < len(starts):  # the next expected end is more than a round trip away
