@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional
 
 import pytest
 
-from slotworker.worker.http_exchange import Refused, host_header, host_port, request_bytes
+from slotworker.worker.http_exchange import HeaderBlock, Refused, host_header, host_port, request_bytes
 from slotworker.worker.thread_connections import BodyLost, SendFailed, ThreadConnections
 
 TIMEOUT = (5.0, 5.0)
@@ -115,6 +115,39 @@ def test_a_request_is_the_bytes_http_client_writes_for_it(method, body):
             written += chunk
     host = host_header("127.0.0.1", 8765, 80)
     assert request_bytes(method, "/v2/x/job-done/w1/job-1?isStream=false", host, headers, body) == written
+
+
+@pytest.mark.parametrize("method, body", [("GET", None), ("POST", b'{"output": 1}')])
+def test_a_header_block_writes_the_bytes_its_headers_would(method, body):
+    # A post's fixed headers are checked and encoded once: with the job's
+    # own after them, the request is the same as with all of them given.
+    own = {"X-Request-ID": "job-1"}
+    if body is not None:
+        own["Content-Length"] = str(len(body))
+    target, host = "/v2/x/job-done/w1/job-1?isStream=false", "127.0.0.1:8765"
+    assert (request_bytes(method, target, host, own, body, HeaderBlock(HEADERS))
+            == request_bytes(method, target, host, {**HEADERS, **own}, body))
+    assert request_bytes("GET", target, host, {}, None, HeaderBlock(HEADERS)) == request_bytes(
+        "GET", target, host, HEADERS, None)
+
+
+def test_a_header_block_that_cannot_be_written_refuses_every_request_and_sends_nothing(scripted):
+    server = scripted([OK])
+    block = HeaderBlock({"Authorization": "key\r\nX-Injected: 1"})
+    conns = ThreadConnections()
+    try:
+        for _ in range(2):
+            with pytest.raises(Refused, match="line break"):
+                conns.get(f"{server.url}/r", {}, TIMEOUT, block)
+        assert conns.get(f"{server.url}/r", {}, TIMEOUT, HeaderBlock(HEADERS)) == (200, b"{}", "")
+    finally:
+        conns.close()
+    assert len(server.requests) == 1 and b"X-Injected" not in server.requests[0][1]
+
+
+def test_a_header_both_fixed_and_given_is_refused_not_sent_twice():
+    with pytest.raises(Refused, match="given twice"):
+        request_bytes("POST", "/a", "h", {"content-length": "2"}, b"{}", HeaderBlock({"Content-Length": "2"}))
 
 
 def test_the_host_is_split_and_named_as_http_client_names_it():

@@ -28,6 +28,7 @@ from .._version import __version__
 from ..backoff import Backoff
 from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
 from .lifecycle import Lifecycle
+from .http_exchange import HeaderBlock
 from .thread_connections import BodyLost, SendFailed, ThreadConnections
 
 log = logging.getLogger("slotworker")
@@ -95,16 +96,23 @@ class PlatformClient:
         self._connections = ThreadConnections()
         # What session.post() sent: requests' own defaults (Accept, Connection),
         # ours, and the form type and charset runpod sends.
-        self._post_headers = {**requests.utils.default_headers(), **_headers(settings.api_key),
-                              "Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"}
+        # Checked and encoded once (HeaderBlock); a post adds its job id and length.
+        self._post_headers = HeaderBlock({
+            **requests.utils.default_headers(), **_headers(settings.api_key),
+            "Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"})
         # Takes, pings and stop polls: a set of connections of their own, so
         # their answer times do not mix with the posts'. What session.get()
         # sent: requests' default headers, then ours.
         self._gets = ThreadConnections()
-        self._get_headers = {**requests.utils.default_headers(), **_headers(settings.api_key)}
-        # Quoted once here as requests would quote them on every call ($ID survives).
+        self._get_headers = HeaderBlock({**requests.utils.default_headers(), **_headers(settings.api_key)})
+        # Quoted once here as requests would quote them on every call ($ID
+        # survives), with the query each post adds (add_query's, worked out
+        # once: a quoted job id adds no "?").
         self._done_url = requote_uri(settings.job_done_url or "")
         self._stream_url = requote_uri(settings.job_stream_url or "")
+        self._done_query = {is_stream: add_query(self._done_url, isStream="true" if is_stream else "false")[
+            len(self._done_url):] for is_stream in (False, True)}
+        self._stream_query = add_query(self._stream_url, isStream="false")[len(self._stream_url):]
         self._ping_url = requote_uri(settings.ping_url) if settings.ping_url is not None else None
         self._stop_url = requote_uri(settings.job_stop_url) if settings.job_stop_url is not None else None
 
@@ -158,11 +166,9 @@ class PlatformClient:
         # wire, without a pool, PreparedRequest or Response around them. The
         # templates were quoted once, as requests would quote every URL; job
         # ids and queries are quoted when built.
-        headers = dict(self._post_headers)
-        headers["X-Request-ID"] = str(job_id)
-        headers["Content-Length"] = str(len(body))
+        headers = {"X-Request-ID": str(job_id), "Content-Length": str(len(body))}
         try:
-            status, text = self._connections.post(url, body, headers, timeout)
+            status, text = self._connections.post(url, body, headers, timeout, self._post_headers)
         except SendFailed as exc:
             raise PlatformError(str(exc)) from exc
         except ValueError as exc:  # a header http.client refuses: a job id with a line break
@@ -180,14 +186,13 @@ class PlatformClient:
     def post_done(self, job_id: str, body: bytes, is_stream: bool, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST a job's final result (or a progress update) once; raises on failure."""
         assert self.settings.job_done_url is not None
-        url = add_query(job_url(self._done_url, job_id),
-                        isStream="true" if is_stream else "false")
+        url = job_url(self._done_url, job_id) + self._done_query[bool(is_stream)]
         self._post_json(url, job_id, body, timeout)
 
     def post_stream(self, job_id: str, body: bytes, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST one stream chunk (``isStream=false``, as runpod sends it)."""
         assert self.settings.job_stream_url is not None
-        url = add_query(job_url(self._stream_url, job_id), isStream="false")
+        url = job_url(self._stream_url, job_id) + self._stream_query
         self._post_json(url, job_id, body, timeout)
 
     # -- heartbeat and stop channel -----------------------------------------
@@ -220,7 +225,7 @@ class PlatformClient:
     def _get(self, url: str, what: str, timeout: Timeout) -> Tuple[int, bytes, str]:
         """GET on the calling thread's connection: status, body, Content-Type."""
         try:
-            return self._gets.get(url, self._get_headers, timeout)
+            return self._gets.get(url, {}, timeout, self._get_headers)
         except (SendFailed, ValueError) as exc:  # ValueError: a URL http.client will not send
             raise PlatformError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 

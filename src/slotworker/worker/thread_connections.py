@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Tuple
 
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
-from .http_exchange import Connection, Refused, request_bytes
+from .http_exchange import NO_HEADERS, Connection, HeaderBlock, Refused, request_bytes
 
 Timeout = Tuple[float, float]
 
@@ -98,8 +98,11 @@ class ThreadConnections:
         self._answers: List[Optional[Tuple[float, float]]] = [None] * ANSWERS_KEPT  # (when, took)
         self._answer_at = 0
 
-    def post(self, url: str, body: bytes, headers: Dict[str, str], timeout: Timeout) -> Tuple[int, str]:
+    def post(self, url: str, body: bytes, headers: Dict[str, str], timeout: Timeout,
+             fixed: HeaderBlock = NO_HEADERS) -> Tuple[int, str]:
         """POST ``body`` to ``url``; the status, and the answer's text unless it is 2xx.
+
+        The ``fixed`` headers are sent first, then ``headers``.
 
         Raises :class:`SendFailed` when the request could not be sent or its
         answer not read (or :meth:`close` was called), and :class:`Refused`
@@ -107,20 +110,21 @@ class ThreadConnections:
         short after a 2xx status line still counts: the platform has the
         result.
         """
-        status, data, encoding, _ = self._exchange("POST", url, body, headers, timeout)
+        status, data, encoding, _ = self._exchange("POST", url, body, headers, timeout, fixed)
         return status, ("" if status < 300 else _decoded(data, encoding).decode("utf-8", "replace"))
 
-    def get(self, url: str, headers: Dict[str, str], timeout: Timeout) -> Tuple[int, bytes, str]:
+    def get(self, url: str, headers: Dict[str, str], timeout: Timeout,
+            fixed: HeaderBlock = NO_HEADERS) -> Tuple[int, bytes, str]:
         """GET ``url``; the status, the answer's body (decoded if gzipped), and its Content-Type.
 
         Raises as :meth:`post` does, and :class:`BodyLost` when the status
         came but the body could not be read in full.
         """
-        status, data, encoding, content_type = self._exchange("GET", url, None, headers, timeout)
+        status, data, encoding, content_type = self._exchange("GET", url, None, headers, timeout, fixed)
         return status, _decoded(data, encoding), content_type
 
     def _exchange(self, method: str, url: str, body: Optional[bytes], headers: Dict[str, str],
-                  timeout: Timeout) -> Tuple[int, bytes, Optional[str], str]:
+                  timeout: Timeout, fixed: HeaderBlock) -> Tuple[int, bytes, Optional[str], str]:
         """One request on the calling thread's connection: status, raw body, Content-Encoding, Content-Type."""
         origin, path = _split(url)
         conns = self._local.__dict__
@@ -133,7 +137,7 @@ class ThreadConnections:
                 if conn is None:
                     conns[origin] = conn = self._connection(origin)
                 self._busy.add(conn)
-            return self._send(conn, method, path, body, headers, timeout)
+            return self._send(conn, method, path, body, headers, timeout, fixed)
         except Refused:
             raise  # nothing was sent: the connection is as it was
         except BaseException:
@@ -166,8 +170,8 @@ class ThreadConnections:
         return min(fresh) if fresh else None
 
     def _send(self, conn: Connection, method: str, path: str, body: Optional[bytes],
-              headers: Dict[str, str], timeout: Timeout) -> Tuple[int, bytes, Optional[str], str]:
-        data = request_bytes(method, path, conn.host_header, headers, body)  # Refused: nothing sent
+              headers: Dict[str, str], timeout: Timeout, fixed: HeaderBlock) -> Tuple[int, bytes, Optional[str], str]:
+        data = request_bytes(method, path, conn.host_header, headers, body, fixed)  # Refused: nothing sent
         try:
             if conn.sock is not None and _dropped(conn.sock):
                 conn.close()
