@@ -14,12 +14,17 @@ anything else is a 400, or a 505 for a later version); header lines up to
 answers); a line starting with a space or a tab continues the header
 before it (its text joins that value after one space). A connection that
 ends inside the head is a 400 too: nothing half-read is dispatched.
+
+:func:`split_target` then reads the target's path segments and query as
+:mod:`urllib.parse` reads them, with a plain split where nothing needs
+unquoting (every worker request).
 """
 
 from __future__ import annotations
 
 import re
 from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 #: The longest request or header line, in bytes (http.server's limit).
 MAX_LINE = 65536
@@ -107,6 +112,28 @@ def parse_request_line(line: str) -> Tuple[str, str, str, Tuple[int, int]]:
     if number >= (2, 0):
         raise HeadError(505, f"HTTP version {version} is not supported")
     return method, target, version, number
+
+
+def split_target(target: str) -> Tuple[List[str], Dict[str, str]]:
+    """A request target's path segments (unquoted, empty ones dropped) and its query fields.
+
+    As :func:`urllib.parse.urlsplit`, :func:`~urllib.parse.unquote` on each
+    segment and ``dict(parse_qsl(query, keep_blank_values=True))`` read it
+    (a repeated field: the last one), with a plain split for what a worker
+    sends: a path with a query and nothing to unquote. That is every post,
+    and the library's way cost about a tenth of what the platform spends on one.
+    """
+    if target[:1] == "/" and target[1:2] != "/" and "%" not in target and "+" not in target and "#" not in target:
+        path, _, query = target.partition("?")
+        fields: Dict[str, str] = {}
+        for pair in query.split("&"):
+            if pair:
+                name, _, value = pair.partition("=")
+                fields[name] = value
+        return [part for part in path.split("/") if part], fields
+    split = urlsplit(target)
+    return ([unquote(part) for part in split.path.split("/") if part],
+            dict(parse_qsl(split.query, keep_blank_values=True)))
 
 
 def read_headers(rfile: BinaryIO) -> RequestHeaders:

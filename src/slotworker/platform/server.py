@@ -16,11 +16,10 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Protocol, Tuple
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import console
 from . import faults as F
-from .request_head import HeadError, parse_request_line, read_headers
+from .request_head import HeadError, parse_request_line, read_headers, split_target
 from .state import JobStore, RequestRecord
 
 log = logging.getLogger("slotworker.platform")
@@ -267,9 +266,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
         t_start = time.monotonic()
         platform = self.server.platform
         seq = platform.store.begin_event()
-        split = urlsplit(self.path)
-        parts = [unquote(p) for p in split.path.split("/") if p]
-        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        parts, query = split_target(self.path)
         try:
             if len(parts) >= 3 and parts[0] == "v2" and parts[2] in _WORKER_ROUTES:
                 self._worker(method, parts, query, t_start, seq)
