@@ -248,9 +248,13 @@ def _text(body: bytes, content_type: str) -> str:
         return body.decode("utf-8", "replace")
 
 
+#: What ``json.dumps(body, ensure_ascii=False)`` builds on every call; it keeps no state between encodes.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 def encode(body: Any) -> bytes:
     """A result body as the platform reads it: JSON text, UTF-8, no ASCII escapes."""
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(body).encode("utf-8")
 
 
 def deliver(send: Callable[[Timeout], None], job_id: str, what: str, lifecycle: Lifecycle,
