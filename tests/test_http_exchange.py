@@ -145,6 +145,21 @@ def test_a_header_block_that_cannot_be_written_refuses_every_request_and_sends_n
     assert len(server.requests) == 1 and b"X-Injected" not in server.requests[0][1]
 
 
+def test_each_request_a_broken_block_refuses_gets_its_own_exception():
+    # One stored exception raised again would gather every raise's frames
+    # (and their locals: a post's body) in one traceback for as long as the
+    # block lives.
+    block = HeaderBlock({"Authorization": "key\n"})
+    raised = []
+    for _ in range(3):
+        try:
+            request_bytes("POST", "/a", "h", {}, b"x" * 1000, block)
+        except Refused as exc:
+            raised.append(exc)
+    assert len({id(exc) for exc in raised}) == 3
+    assert all("line break" in str(exc) for exc in raised)
+
+
 def test_a_header_both_fixed_and_given_is_refused_not_sent_twice():
     with pytest.raises(Refused, match="given twice"):
         request_bytes("POST", "/a", "h", {"content-length": "2"}, b"{}", HeaderBlock({"Content-Length": "2"}))

@@ -117,11 +117,13 @@ def parse_request_line(line: str) -> Tuple[str, str, str, Tuple[int, int]]:
 def split_target(target: str) -> Tuple[List[str], Dict[str, str]]:
     """A request target's path segments (unquoted, empty ones dropped) and its query fields.
 
-    As :func:`urllib.parse.urlsplit`, :func:`~urllib.parse.unquote` on each
-    segment and ``dict(parse_qsl(query, keep_blank_values=True))`` read it
-    (a repeated field: the last one), with a plain split for what a worker
-    sends: a path with a query and nothing to unquote. That is every post,
-    and the library's way cost about a tenth of what the platform spends on one.
+    For a target as the server reads one (no white space, no leading
+    ``//``), the same as :func:`urllib.parse.urlsplit`,
+    :func:`~urllib.parse.unquote` on each segment and ``dict(parse_qsl(query,
+    keep_blank_values=True))`` (a repeated field: the last one), with a
+    plain split where nothing needs unquoting: every worker request but
+    one for a job id that needs quoting. The library's way cost about a
+    tenth of what the platform spends on a result post.
     """
     if target[:1] == "/" and target[1:2] != "/" and "%" not in target and "+" not in target and "#" not in target:
         path, _, query = target.partition("?")

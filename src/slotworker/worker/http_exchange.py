@@ -16,7 +16,8 @@ its body ended exactly where it said.
 What it refuses before anything is sent (:class:`Refused`): a URL target
 with a space, a control character or a character that is not ASCII; a
 header name :mod:`http.client` would refuse; a header value with a line
-break (requests refuses those too) or a character outside Latin-1; a port
+break (requests refuses those too) or a character outside Latin-1; a
+header given both in a :class:`HeaderBlock` and with the request; a port
 that is not a number.
 """
 
@@ -101,9 +102,10 @@ class HeaderBlock:
 
     A poster sends the same seven headers with every result: checking and
     encoding them for every post took 6 of the 10 µs it took to write one.
-    A block that cannot be written keeps its :class:`Refused` and raises it
-    for every request that sends it, as the headers themselves would be
-    refused.
+    A block that cannot be written keeps why, and every request that sends
+    it is refused with a new :class:`Refused` saying so (one exception
+    object raised again and again would gather every raise's frames, from
+    every thread, in its traceback).
     """
 
     __slots__ = ("names", "data", "error")
@@ -111,11 +113,11 @@ class HeaderBlock:
     def __init__(self, headers: Mapping[str, Union[str, bytes]]) -> None:
         self.names = frozenset(name.lower() for name in headers)
         self.data = b""
-        self.error: Optional[Refused] = None
+        self.error: Optional[str] = None  #: why the block cannot be written, if it cannot
         try:
             self.data = _header_lines(headers)
         except Refused as exc:
-            self.error = exc
+            self.error = str(exc)
 
 
 #: The block of no headers (a request sends only those it is given).
@@ -134,7 +136,7 @@ def request_bytes(method: str, target: str, host: str, headers: Mapping[str, Uni
     if _TARGET_FORBIDDEN.search(target) or not target.isascii():
         raise Refused(f"the URL has a space, a control character or a character that is not ASCII: {target!r}")
     if fixed.error is not None:
-        raise fixed.error
+        raise Refused(fixed.error)
     given = fixed.names
     if headers:
         names = [name.lower() for name in headers]
