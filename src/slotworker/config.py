@@ -49,11 +49,20 @@ def add_query(url: str, **params: object) -> str:
     ``None`` values are left out, as the platform expects for an empty
     ``job_id`` on the heartbeat.
     """
+    return url + query_suffix(url, **params)
+
+
+def query_suffix(url: str, **params: object) -> str:
+    """What :func:`add_query` appends to ``url`` (``""`` when every value is None).
+
+    It depends on ``url`` only through whether it has a query already, so
+    a URL built by putting a quoted job id into a template takes the
+    template's suffix.
+    """
     pairs = {k: v for k, v in params.items() if v is not None}
     if not pairs:
-        return url
-    sep = "&" if "?" in url else "?"
-    return url + sep + urlencode(pairs, safe=",$")
+        return ""
+    return ("&" if "?" in url else "?") + urlencode(pairs, safe=",$")
 
 
 def _fill(template: Optional[str], worker_id: str, job_placeholder: bool) -> Optional[str]:

@@ -26,7 +26,7 @@ from requests.utils import get_encoding_from_headers, guess_json_utf, requote_ur
 
 from .._version import __version__
 from ..backoff import Backoff
-from ..config import PROTOCOL_VERSION, Settings, add_query, job_url
+from ..config import PROTOCOL_VERSION, Settings, add_query, job_url, query_suffix
 from .lifecycle import Lifecycle
 from .http_exchange import HeaderBlock
 from .thread_connections import BodyLost, SendFailed, ThreadConnections
@@ -106,13 +106,12 @@ class PlatformClient:
         self._gets = ThreadConnections()
         self._get_headers = HeaderBlock({**requests.utils.default_headers(), **_headers(settings.api_key)})
         # Quoted once here as requests would quote them on every call ($ID
-        # survives), with the query each post adds (add_query's, worked out
-        # once: a quoted job id adds no "?").
+        # survives), with the query each post adds, worked out once too.
         self._done_url = requote_uri(settings.job_done_url or "")
         self._stream_url = requote_uri(settings.job_stream_url or "")
-        self._done_query = {is_stream: add_query(self._done_url, isStream="true" if is_stream else "false")[
-            len(self._done_url):] for is_stream in (False, True)}
-        self._stream_query = add_query(self._stream_url, isStream="false")[len(self._stream_url):]
+        self._done_query = {is_stream: query_suffix(self._done_url, isStream="true" if is_stream else "false")
+                            for is_stream in (False, True)}
+        self._stream_query = query_suffix(self._stream_url, isStream="false")
         self._ping_url = requote_uri(settings.ping_url) if settings.ping_url is not None else None
         self._stop_url = requote_uri(settings.job_stop_url) if settings.job_stop_url is not None else None
 

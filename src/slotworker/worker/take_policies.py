@@ -350,14 +350,14 @@ class PipelinePolicy(TakePolicy):
             starts = _with_pending(starts, first, snapshot.pending, snapshot.free, now, est)
         # Expected ends in [now - slack, landing] free by the time a take sent now lands.
         by_landing = bisect.bisect_right(starts, landing - est)
+        slots = snapshot.free + snapshot.in_use
         # (Never more than the slots: a plan made as a job exits may see its slot twice.)
-        n0 = min(snapshot.free - snapshot.pending + max(0, by_landing - first), snapshot.free + snapshot.in_use)
+        n0 = min(snapshot.free - snapshot.pending + max(0, by_landing - first), slots)
         # Ends in (landing, landing + rtt]: what waiting d would add.
         within = bisect.bisect_right(starts, landing + rtt - est)
         # Waiting `wait` lands the ends up to i with this take, each of which
         # would otherwise wait a round trip for the next one; it delays every
         # slot's next job (and every take after) by `wait`.
-        slots = snapshot.free + snapshot.in_use
         best_gain, best_wait, gathered = 0.0, None, 0
         for i in range(by_landing, within):
             wait = starts[i] + est - landing
