@@ -1,9 +1,20 @@
-"""The HTTP layer of the local platform: routes, single-send responses.
+"""The local platform's HTTP server: connections, routes, one-send answers.
 
-Every response is built in one buffer and written with one `sendall`: a
-stdlib handler that writes headers and body separately stalls ~40 ms per
-request on a kept-alive loopback connection (Nagle against delayed ACK),
-which would be all that any benchmark measured.
+Requests are framed by h11 (:mod:`.framing`), strictly, as RFC 9112 asks:
+a request whose length could be read two ways (two different
+``Content-Length`` values, ``Transfer-Encoding`` beside ``Content-Length``,
+a length or chunk size that is not plain digits or hex), an unknown coding,
+a head over 64 KiB, a line that is not HTTP: each is answered with a JSON
+error and the connection is closed, so nothing after it on the connection
+is ever taken for a request. A body is capped at the platform's
+``max_body`` as it arrives, whatever its framing. This file holds no
+parsing of the request's framing; what it reads of a request is the
+target's meaning (:mod:`.targets`) and the headers' values.
+
+Every answer is built in one buffer and written with one ``sendall``:
+writing head and body separately stalls ~40 ms per request on a kept-alive
+loopback connection (Nagle against delayed ACK), which would be all that
+any benchmark measured.
 """
 
 from __future__ import annotations
@@ -11,16 +22,19 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import socketserver
+import sys
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from . import console
 from . import faults as F
-from .request_head import HeadError, parse_request_line, read_headers, split_target
+from .framing import FramingError, RequestHead, RequestStream
 from .state import JobStore, RequestRecord
+from .targets import split_target
 
 log = logging.getLogger("slotworker.platform")
 
@@ -32,6 +46,9 @@ _WORKER_ROUTES = {
     "ping": "ping",
     "job-stop": "stop_poll",
 }
+
+#: Methods with routes; any other is answered 405 (HEAD too, as before).
+_ROUTED_METHODS = frozenset({"GET", "POST", "PUT", "DELETE"})
 
 GARBAGE_BODY = b"<html>oops</html>"
 
@@ -105,49 +122,73 @@ class PlatformHTTPServer(ThreadingHTTPServer):
                 pass
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client vanishing mid-answer is routine here (drop faults, close).
-        log.debug("connection error from %s", client_address, exc_info=True)
+        """A client vanishing mid-answer is routine here (drop faults, close): a debug line.
+
+        Anything else escaping a connection's handler is a bug of this
+        module, logged as an error so that tests see it.
+        """
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("connection error from %s", client_address, exc_info=True)
+        else:
+            log.error("platform: unexpected error on a connection from %s", client_address, exc_info=True)
 
 
-class PlatformHandler(BaseHTTPRequestHandler):
-    """One connection; each request is routed to the worker or client side."""
+class PlatformHandler(socketserver.BaseRequestHandler):
+    """One connection: its requests in order, each routed to the worker or client side."""
 
     protocol_version = "HTTP/1.1"
     server_version = "slotworker-platform"
-    disable_nagle_algorithm = True
     timeout = 300  # idle keep-alive connections end eventually
     server: PlatformHTTPServer
 
     # ------------------------------------------------------------ plumbing
-    def parse_request(self) -> bool:
-        """The request line and headers (``request_head``), in place of http.server's email parser.
-
-        False when the request was answered already (an error) or needs no
-        answer (a blank line); the connection then closes.
-        """
-        self.command = None  # type: ignore[assignment]  # until the request line is read
-        self.request_version = self.default_request_version
+    def setup(self) -> None:
+        self.connection: socket.socket = self.request
+        self.connection.settimeout(self.timeout)
+        self.stream = RequestStream(self.connection)
         self.close_connection = True
-        self.requestline = line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        if not line.strip():
-            return False
+        self.command = ""
+        self.path = ""
+        self.headers = RequestHead("", "", "", False, 0, [])  # until the first request
+        self._dropped = False
+
+    def handle(self) -> None:
         try:
-            self.command, path, self.request_version, version = parse_request_line(line)
+            self._serve()
+        except OSError:  # the client went away, or the idle timeout, or close_connections()
+            log.debug("connection from %s ended", self.client_address, exc_info=True)
+
+    def _serve(self) -> None:
+        stream = self.stream
+        while True:
+            try:
+                head = stream.next_request()
+            except FramingError as exc:
+                self._error(exc.status, exc.message, close=True)
+                stream.linger()
+                return
+            if head is None:
+                return
+            self.headers = head
+            self.command = head.method
+            path = head.target
             if path.startswith("//"):  # as http.server does: not a scheme-relative URL
                 path = "/" + path.lstrip("/")
             self.path = path
-            self.headers = read_headers(self.rfile)  # type: ignore[assignment]
-        except HeadError as exc:
-            self.send_error(exc.status, exc.message)
-            return False
-        connection = (self.headers.get("Connection") or "").lower()
-        self.close_connection = connection == "close" or (version < (1, 1) and connection != "keep-alive")
-        if version >= (1, 1) and (self.headers.get("Expect") or "").lower() == "100-continue":
-            return self.handle_expect_100()
-        return True
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        log.debug("%s " + format, self.address_string(), *args)
+            self.close_connection = not head.keep_alive
+            if head.method in _ROUTED_METHODS:
+                self._dispatch(head.method)
+            elif head.method == "HEAD":
+                self._head_not_allowed()
+            else:
+                self._not_allowed()
+            if self._dropped:
+                return
+            if not self.close_connection and not stream.finish(self.server.platform.max_body):
+                self.close_connection = True
+            if self.close_connection:
+                stream.linger()
+                return
 
     def _write(
         self,
@@ -173,7 +214,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
         head.extend(f"{name}: {value}" for name, value in (headers or {}).items())
         head.append("Connection: close" if self.close_connection else "Connection: keep-alive")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-        self.wfile.write(data)
+        self.connection.sendall(data)
 
     def _json(self, status: int, obj: Any, close: bool = False) -> None:
         self._write(status, json.dumps(obj).encode("utf-8"), close=close)
@@ -181,86 +222,33 @@ class PlatformHandler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str, close: bool = False) -> None:
         self._json(status, {"error": message, "status": status}, close=close)
 
-    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
-        """Errors raised by the stdlib parser, answered in the same one-send way."""
-        self.close_connection = True
-        try:
-            self._error(code, message or HTTPStatus(code).phrase, close=True)
-        except OSError:
-            pass
-
     def _drop(self) -> None:
         """End the connection without an answer."""
         self.close_connection = True
+        self._dropped = True
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
     def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return self._read_chunked()
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
+        """The request's body (h11 frames it), at most the platform's ``max_body`` bytes."""
         try:
-            length = int(raw)
-        except ValueError:
-            raise _BadRequest(400, "bad Content-Length") from None
-        if length < 0:
-            raise _BadRequest(400, "bad Content-Length")
-        if length > self.server.platform.max_body:
-            # The body stays unread, so this connection cannot go on.
+            return self.stream.read_body(self.headers, self.server.platform.max_body)
+        except FramingError as exc:
+            # The body is not read to its end, so this connection cannot go on.
             self.close_connection = True
-            raise _BadRequest(413, f"body of {length} bytes is over the limit of {self.server.platform.max_body}")
-        return self.rfile.read(length) if length else b""
-
-    def _read_chunked(self) -> bytes:
-        limit = self.server.platform.max_body
-        parts: List[bytes] = []
-        total = 0
-        while True:
-            line = self.rfile.readline(65537)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                self.close_connection = True
-                raise _BadRequest(400, "bad chunked encoding") from None
-            if size == 0:
-                while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(parts)
-            total += size
-            if total > limit:
-                self.close_connection = True
-                raise _BadRequest(413, f"body is over the limit of {limit} bytes")
-            parts.append(self.rfile.read(size))
-            self.rfile.readline(3)  # the CRLF after each chunk
+            raise _BadRequest(exc.status, exc.message) from None
 
     # ------------------------------------------------------------ dispatch
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
     def _not_allowed(self) -> None:
-        # Without a do_<METHOD>, http.server would answer 501 (a 5xx for bad
-        # client input). The body stays unread, so the connection closes.
+        # The body stays unread, so the connection closes.
         self._error(405, f"method {self.command} is not allowed", close=True)
 
-    do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
-
-    def do_HEAD(self) -> None:
+    def _head_not_allowed(self) -> None:
         self.close_connection = True
-        self.wfile.write(f"{self.protocol_version} 405 Method Not Allowed\r\n"
-                         "Content-Length: 0\r\nConnection: close\r\n\r\n".encode("latin-1"))
+        self.connection.sendall(f"{self.protocol_version} 405 Method Not Allowed\r\n"
+                                "Content-Length: 0\r\nConnection: close\r\n\r\n".encode("latin-1"))
 
     def _dispatch(self, method: str) -> None:
         t_start = time.monotonic()
@@ -297,7 +285,7 @@ class PlatformHandler(BaseHTTPRequestHandler):
             t_start=t_start,
             worker_id=worker,
             query=query,
-            headers=dict(self.headers.items()),
+            headers=self.headers.as_sent(),
             method=method,
             path=self.path,
         )

@@ -1,17 +1,16 @@
 """The platform's HTTP client: take, done, stream, ping and stop requests.
 
 Every request goes out on the calling thread's own keep-alive connection
-(:mod:`.thread_connections`), as a :class:`requests.Session` would send it:
-its default headers and ours, URLs quoted as it quotes them, answers
-decoded as it decodes them. The threads that send are few and long-lived
-(the fetch thread's takes, the poster threads' results, the heartbeat's
-pings, the stop channel's polls), so a pool and requests' per-call work
-only cost CPU: 0.12-0.15 ms a ping, stop poll or empty take against
-0.43-0.55 ms through a session. None retries on its own: the fetch loop
-owns the takes' backoff and :func:`deliver` is the one retry loop of result
-posts, so the grace deadline bounds every attempt. Every call has a timeout.
-Redirects are never followed, so the API key is sent only to the URLs the
-platform gave us.
+(:mod:`.transport`, framed by h11), with the headers a
+:class:`requests.Session` sends (its defaults and ours), URLs quoted as it
+quotes them and answers decoded as it decodes them. Result posts have
+connections of their own, apart from the takes, pings and stop polls, so
+that the posts' answer times (which the posters read) are the posts'
+alone. None retries on its own: the fetch loop owns the takes' backoff and
+:func:`deliver` is the one retry loop of result posts, so the grace
+deadline bounds every attempt. Every call has a timeout and every answer a
+size cap. Redirects are never followed, so the API key is sent only to the
+URLs the platform gave us.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import platform as _platform
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import requests
 from requests.utils import get_encoding_from_headers, guess_json_utf, requote_uri
@@ -28,8 +28,8 @@ from .._version import __version__
 from ..backoff import Backoff
 from ..config import PROTOCOL_VERSION, Settings, add_query, job_url, query_suffix
 from .lifecycle import Lifecycle
-from .http_exchange import HeaderBlock
-from .thread_connections import BodyLost, SendFailed, ThreadConnections
+from .transport import BodyLost, Refused, SendFailed, TooLarge, Transport, encode_headers
+from .trust import trust_context
 
 log = logging.getLogger("slotworker")
 
@@ -40,7 +40,23 @@ THROTTLE_BACKOFF = 5.0  # what runpod waits after a 429
 #: Waits between tries of a result post: the first, and the cap it doubles up to.
 RESULT_BACKOFF = (0.2, 5.0)
 
+MIB = 1 << 20
+#: The most a take's answer may carry per job asked for (runpod documents
+#: 10 MB for /run and 20 MB for /runsync inputs), and in all.
+TAKE_CAP_PER_JOB = 20 * MIB + 64 * 1024
+TAKE_CAP = 512 * MIB
+#: The most a stop poll's, a ping's and a result post's answer may carry.
+STOP_POLL_CAP = 1 * MIB
+PING_CAP = 64 * 1024
+POST_ANSWER_CAP = 1 * MIB
+
+
+def take_cap(n: int) -> int:
+    """How many bytes (decoded) a take's answer for ``n`` jobs may carry."""
+    return min(TAKE_CAP, TAKE_CAP_PER_JOB * max(1, n))
+
 Timeout = Tuple[float, float]
+T = TypeVar("T")
 
 
 class PlatformError(Exception):
@@ -93,18 +109,19 @@ class PlatformClient:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._connections = ThreadConnections()
+        trust = _shared(trust_context)  # one TLS context for both, made on the first HTTPS request
+        self._posts = Transport(trust)
         # What session.post() sent: requests' own defaults (Accept, Connection),
-        # ours, and the form type and charset runpod sends.
-        # Checked and encoded once (HeaderBlock); a post adds its job id and length.
-        self._post_headers = HeaderBlock({
+        # ours, and the form type and charset runpod sends; a post adds its job id.
+        # Encoded once (a job id is added to each); Refused, when one cannot be
+        # sent at all, is kept and raised by each request.
+        self._post_headers, self._headers_refused = _encoded({
             **requests.utils.default_headers(), **_headers(settings.api_key),
             "Content-Type": "application/x-www-form-urlencoded", "charset": "utf-8"})
-        # Takes, pings and stop polls: a set of connections of their own, so
-        # their answer times do not mix with the posts'. What session.get()
-        # sent: requests' default headers, then ours.
-        self._gets = ThreadConnections()
-        self._get_headers = HeaderBlock({**requests.utils.default_headers(), **_headers(settings.api_key)})
+        # Takes, pings and stop polls: what session.get() sent: requests'
+        # default headers, then ours.
+        self._gets = Transport(trust)
+        self._get_headers, self._get_refused = _encoded({**requests.utils.default_headers(), **_headers(settings.api_key)})
         # Quoted once here as requests would quote them on every call ($ID
         # survives), with the query each post adds, worked out once too.
         self._done_url = requote_uri(settings.job_done_url or "")
@@ -117,7 +134,7 @@ class PlatformClient:
 
     def close(self) -> None:
         """Close every connection."""
-        self._connections.close()
+        self._posts.close()
         self._gets.close()
 
     # -- take ---------------------------------------------------------------
@@ -129,12 +146,13 @@ class PlatformClient:
         """
         try:
             status, body, content_type = self._get(requote_uri(self.settings.take_url(n, job_in_progress)),
-                                                   "take", TAKE_TIMEOUT)
+                                                   TAKE_TIMEOUT, take_cap(n))
         except PlatformError as exc:
             if isinstance(exc.__cause__, BodyLost):
                 # The platform answered, so it may have handed out jobs in the
                 # body that never arrived: said as loudly as a body it sent wrong.
-                raise BadResponse(f"LOST?: the take's answer was cut short ({exc.__cause__}); jobs in it "
+                what = "too large" if isinstance(exc.__cause__, TooLarge) else "cut short"
+                raise BadResponse(f"LOST?: the take's answer was {what} ({exc.__cause__}); jobs in it "
                                   "will not run here (the platform requeues them on its job timeout)") from exc
             raise
         if status == 204 or status == 400:  # 400: FlashBoot, no job
@@ -160,27 +178,29 @@ class PlatformClient:
 
     # -- results ------------------------------------------------------------
     def _post_json(self, url: str, job_id: str, body: bytes, timeout: Timeout) -> None:
-        # Sent on the calling thread's own keep-alive connection
-        # (thread_connections): the headers and bytes of session.post() on the
-        # wire, without a pool, PreparedRequest or Response around them. The
-        # templates were quoted once, as requests would quote every URL; job
-        # ids and queries are quoted when built.
-        headers = {"X-Request-ID": str(job_id), "Content-Length": str(len(body))}
+        # The templates were quoted once, as requests would quote every URL;
+        # job ids and queries are quoted when built.
         try:
-            status, text = self._connections.post(url, body, headers, timeout, self._post_headers)
+            if self._headers_refused is not None:
+                raise Refused(self._headers_refused)
+            headers = self._post_headers + encode_headers({"X-Request-ID": str(job_id)})
+            answer = self._posts.request("POST", url, headers, body, timeout, POST_ANSWER_CAP)
+            status, text = answer.status, answer.body
+        except BodyLost as exc:  # the status came: it is the post's answer
+            status, text = exc.status, b""
         except SendFailed as exc:
             raise PlatformError(str(exc)) from exc
-        except ValueError as exc:  # a header http.client refuses: a job id with a line break
+        except Refused as exc:  # a header requests refuses: a job id with a line break
             raise Unsendable(str(exc)) from exc
         if status < 300:
             return
         if status >= 500 or status in (408, 425, 429):  # worth another try
             raise PlatformError(f"platform answered {status}")
-        raise Rejected(status, text)
+        raise Rejected(status, text.decode("utf-8", "replace"))
 
     def answer_seconds(self) -> Optional[float]:
         """How long the platform takes to answer a result post (the least of the last few; None before one)."""
-        return self._connections.answer_seconds()
+        return self._posts.answer_seconds()
 
     def post_done(self, job_id: str, body: bytes, is_stream: bool, timeout: Timeout = POST_TIMEOUT) -> None:
         """POST a job's final result (or a progress update) once; raises on failure."""
@@ -199,13 +219,13 @@ class PlatformClient:
         """Send one heartbeat; returns the HTTP status."""
         assert self._ping_url is not None
         url = add_query(self._ping_url, job_id=",".join(job_ids) or None, runpod_version=PROTOCOL_VERSION)
-        status, _, _ = self._get(url, "ping", (PING_TIMEOUT, PING_TIMEOUT))
+        status, _, _ = self._get(url, (PING_TIMEOUT, PING_TIMEOUT), PING_CAP)
         return status
 
     def poll_stop(self) -> List[str]:
         """Long-poll the stop channel; the ids of jobs to stop, maybe none."""
         assert self._stop_url is not None
-        status, body, content_type = self._get(self._stop_url, "stop poll", TAKE_TIMEOUT)
+        status, body, content_type = self._get(self._stop_url, TAKE_TIMEOUT, STOP_POLL_CAP)
         if status == 204:
             return []
         if status == 429:
@@ -221,12 +241,36 @@ class PlatformClient:
             raise BadResponse("stop poll: jobsToStop is not a list")
         return [i for i in ids if isinstance(i, str)]
 
-    def _get(self, url: str, what: str, timeout: Timeout) -> Tuple[int, bytes, str]:
-        """GET on the calling thread's connection: status, body, Content-Type."""
+    def _get(self, url: str, timeout: Timeout, cap: int) -> Tuple[int, bytes, str]:
+        """GET: status, body (decoded, at most ``cap`` bytes), Content-Type."""
         try:
-            return self._gets.get(url, {}, timeout, self._get_headers)
-        except (SendFailed, ValueError) as exc:  # ValueError: a URL http.client will not send
-            raise PlatformError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            if self._get_refused is not None:
+                raise Refused(self._get_refused)
+            answer = self._gets.request("GET", url, self._get_headers, None, timeout, cap)
+        except (SendFailed, Refused) as exc:
+            raise PlatformError(str(exc)) from exc
+        return answer.status, answer.body, answer.header(b"content-type")
+
+
+def _encoded(headers: Dict[str, str]) -> Tuple[List[Tuple[bytes, bytes]], Optional[str]]:
+    """``headers`` encoded for the transport, or ``([], why)`` when they cannot be sent."""
+    try:
+        return encode_headers(headers), None
+    except Refused as exc:
+        return [], str(exc)
+
+
+def _shared(factory: Callable[[], T]) -> Callable[[], T]:
+    """``factory``, called at most once: later calls return what the first made."""
+    made: List[T] = []
+    lock = threading.Lock()
+
+    def once() -> T:
+        with lock:
+            if not made:
+                made.append(factory())
+            return made[0]
+    return once
 
 
 def _text(body: bytes, content_type: str) -> str:

@@ -53,7 +53,7 @@ class StopChannel:
             except PlatformError as exc:
                 # A platform without the route, or down: not once a second forever.
                 delay = backoff.next()
-                log.warning("stop channel: %s; retrying in %.0fs", exc, delay)
+                log.warning("stop poll failed: %s; retrying in %.0fs", exc, delay)
                 self._stop.wait(delay)
                 continue
             backoff.reset()

@@ -1,4 +1,8 @@
-"""Result posts on each thread's own keep-alive connection, over real sockets."""
+"""The worker's transport (each thread's own keep-alive connection, framed by h11), over real sockets.
+
+The stand-in platform here is :mod:`http.server`'s, not ours, so that the
+client is checked against a server this project did not write.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +18,32 @@ import pytest
 
 from slotworker.config import Settings
 from slotworker.worker.platform_client import PlatformClient, PlatformError, Rejected
-from slotworker.worker.thread_connections import ThreadConnections, Refused, SendFailed
-from slotworker.worker import thread_connections
+from slotworker.worker import transport
+from slotworker.worker.transport import BodyLost, Refused, SendFailed, TooLarge, Transport, Untrusted, encode_headers
+from slotworker.worker.trust import trust_context
 from support import TLS_CERT, TLS_KEY, wait_for
 
 CERT, KEY = TLS_CERT, TLS_KEY
 TIMEOUT = (5.0, 10.0)
-HEADERS = {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "2"}
+HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+class ThreadConnections:
+    """A :class:`Transport` posting as the result posters do: the status, and the text of an error."""
+
+    def __init__(self, ca_bundle: Optional[str] = None) -> None:
+        environ = {"SSL_CERT_FILE": ca_bundle} if ca_bundle else {}
+        self.transport = Transport(lambda: trust_context(environ))
+
+    def post(self, url: str, body: bytes, headers: Dict[str, str], timeout: Tuple[float, float]) -> Tuple[int, str]:
+        answer = self.transport.request("POST", url, encode_headers(headers), body, timeout, 1 << 20)
+        return answer.status, ("" if answer.status < 300 else answer.body.decode("utf-8", "replace"))
+
+    def answer_seconds(self) -> Optional[float]:
+        return self.transport.answer_seconds()
+
+    def close(self) -> None:
+        self.transport.close()
 
 
 class Server:
@@ -71,6 +94,7 @@ class Server:
 
         self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # (a client closing early is part of some tests)
         if tls:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(CERT, KEY)
@@ -141,7 +165,7 @@ def test_the_answer_time_is_the_quickest_recent_answer_and_old_ones_lapse(server
             assert conns.post(f"{server.url}/done/j{i}", b"{}", HEADERS, TIMEOUT)[0] == 200
         answer = conns.answer_seconds()
         assert answer is not None and 0 < answer < 0.5
-        monkeypatch.setattr(thread_connections, "ANSWER_FRESH_SECONDS", 0.05)
+        monkeypatch.setattr(transport, "ANSWER_FRESH_SECONDS", 0.05)
         assert wait_for(lambda: conns.answer_seconds() is None, 10)
     finally:
         conns.close()
@@ -207,8 +231,7 @@ def test_an_answer_sent_before_the_body_was_read_is_the_answer(servers, tls):
     conns = ThreadConnections(ca_bundle=CERT) if tls else ThreadConnections()
     big = b"x" * (32 * 1024 * 1024)
     try:
-        status, text = conns.post(f"{server.url}/done/j1", big, dict(HEADERS, **{"Content-Length": str(len(big))}),
-                                  TIMEOUT)
+        status, text = conns.post(f"{server.url}/done/j1", big, HEADERS, TIMEOUT)
         assert (status, text) == (413, '{"error": "body is over the limit"}')
         assert conns.post(f"{server.url}/done/j2", b"{}", HEADERS, TIMEOUT)[0] == 413  # on a new connection
     finally:
@@ -292,35 +315,58 @@ def test_a_header_http_client_refuses_is_refused_before_anything_is_sent(servers
     assert [path for _, path, _ in server.requests] == ["/done/j2"]
 
 
-def test_https_posts_trust_requests_ca_bundle_and_nothing_else(servers, monkeypatch):
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
+def test_https_trusts_a_ca_named_by_any_one_of_the_variables_users_set(servers, variable, tmp_path):
     server = servers(tls=True)
-    # The system's way would trust this certificate (OpenSSL reads SSL_CERT_FILE) ...
-    monkeypatch.setenv("SSL_CERT_FILE", CERT)
-    system = ssl.create_default_context()
-    with system.wrap_socket(socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))),
-                            server_hostname="127.0.0.1"):
-        pass
-    # ... a result post does not: it checks against requests' bundle (certifi's) only.
-    conns = ThreadConnections()
-    with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):
-        conns.post(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT)
-    # Given a bundle with it, the same post goes through, on a verified connection.
-    trusting = ThreadConnections(ca_bundle=CERT)
+    location = CERT
+    if variable == "SSL_CERT_DIR":  # a directory of certificates named by their hash, as c_rehash makes it
+        location = str(tmp_path)
+        with open(CERT) as source, open(tmp_path / f"{_subject_hash(CERT)}.0", "w") as linked:
+            linked.write(source.read())
+    trusting = Transport(lambda: trust_context({variable: location}))
     try:
-        assert trusting.post(f"{server.url}/done/j2", b"{}", HEADERS, TIMEOUT) == (200, "")
+        answer = trusting.request("POST", f"{server.url}/done/j1", encode_headers(HEADERS), b"{}", TIMEOUT, 1024)
+        assert answer.status == 200
     finally:
         trusting.close()
-    assert [path for _, path, _ in server.requests] == ["/done/j2"]
+    assert [path for _, path, _ in server.requests] == ["/done/j1"]
 
 
-def test_an_https_post_to_a_host_the_certificate_does_not_name_is_refused(servers):
+def test_https_without_the_ca_is_refused_with_one_error_that_says_how_to_trust_it(servers, records, monkeypatch):
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    server = servers(tls=True)
+    untrusting = Transport(lambda: trust_context({}))
+    try:
+        for i in range(3):
+            with pytest.raises(Untrusted):
+                untrusting.request("POST", f"{server.url}/done/j{i}", encode_headers(HEADERS), b"{}", TIMEOUT, 1024)
+    finally:
+        untrusting.close()
+    errors = [line for line in records.lines if line.startswith("ERROR")]
+    assert len(errors) == 1, errors
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        assert name in errors[0]
+    assert server.requests == []
+
+
+def _subject_hash(cert: str) -> str:
+    import subprocess
+
+    return subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", cert], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_an_https_post_to_a_host_the_certificate_does_not_name_is_refused(servers, records):
     # The certificate names 127.0.0.1 and localhost; this server answers on 127.0.0.2.
     server = servers(tls=True, host="127.0.0.2")
     trusting = ThreadConnections(ca_bundle=CERT)
-    with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(Untrusted):
         trusting.post(f"{server.url}/done/j1", b"{}", HEADERS, TIMEOUT)
     trusting.close()
     assert server.requests == []
+    errors = [line for line in records.lines if line.startswith("ERROR")]
+    assert len(errors) == 1 and "does not name 127.0.0.2" in errors[0], errors
 
 
 def test_the_client_reports_a_refused_result_with_the_platforms_words(servers):
@@ -356,3 +402,127 @@ def test_a_query_with_no_path_and_a_fragment_are_sent_as_requests_sends_them(ser
     finally:
         conns.close()
     assert [path for _, path, _ in server.requests] == ["/?isStream=false", "/done/j1?isStream=false"]
+
+
+def test_an_answer_longer_than_its_cap_is_too_large_and_its_connection_is_not_reused(servers):
+    server = servers(answer=(200, b"x" * 5000, None))
+    conns = ThreadConnections()
+    try:
+        with pytest.raises(TooLarge, match="1024"):
+            conns.transport.request("POST", f"{server.url}/a", encode_headers(HEADERS), b"{}", TIMEOUT, 1024)
+        answer = conns.transport.request("POST", f"{server.url}/b", encode_headers(HEADERS), b"{}", TIMEOUT, 5000)
+        assert answer.body == b"x" * 5000
+    finally:
+        conns.close()
+    assert server.connections() == 2
+
+
+def test_a_gzip_bomb_is_too_large_once_decoded_past_the_cap_without_decoding_it_all(servers):
+    bomb = gzip.compress(b"\0" * (200 * 1024 * 1024))  # 200 MiB decoded, about 200 KiB sent
+    server = servers(answer=(200, bomb, "gzip"))
+    conns = ThreadConnections()
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooLarge):
+            conns.transport.request("POST", f"{server.url}/a", encode_headers(HEADERS), b"{}", TIMEOUT, 1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        conns.close()
+    assert peak < 32 * 1024 * 1024
+
+
+def test_several_gzip_members_are_all_decoded(servers):
+    server = servers(answer=(200, gzip.compress(b'{"a": ') + gzip.compress(b"1}"), "gzip"))
+    conns = ThreadConnections()
+    try:
+        answer = conns.transport.request("POST", f"{server.url}/a", encode_headers(HEADERS), b"{}", TIMEOUT, 1024)
+    finally:
+        conns.close()
+    assert answer.body == b'{"a": 1}'
+
+
+class RawServer:
+    """Answers each connection's first request with the given bytes, then closes: for answers http.server won't send."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.answer = answer
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            with sock:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    more = sock.recv(65536)
+                    if not more:
+                        break
+                    data += more
+                sock.sendall(self.answer)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Any]:
+    started: List[RawServer] = []
+
+    def start(answer: bytes) -> RawServer:
+        started.append(RawServer(answer))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.close()
+
+
+def test_a_chunked_answer_and_one_read_to_the_close_are_read_whole(raw_server):
+    chunked = raw_server(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n")
+    to_close = raw_server(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
+    client = Transport(lambda: trust_context({}))
+    try:
+        assert client.request("GET", f"{chunked.url}/a", [], None, TIMEOUT, 1024).body == b"abcde"
+        answer = client.request("GET", f"{to_close.url}/a", [], None, TIMEOUT, 1024)
+    finally:
+        client.close()
+    assert (answer.status, answer.body, answer.header(b"content-type")) == (200, b"until the end", "text/plain")
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+], ids=["cut-short", "bad-chunk-size"])
+def test_a_body_that_cannot_be_read_whole_is_lost_with_its_status(raw_server, answer):
+    server = raw_server(answer)
+    client = Transport(lambda: trust_context({}))
+    try:
+        with pytest.raises(BodyLost) as lost:
+            client.request("GET", f"{server.url}/a", [], None, TIMEOUT, 1024)
+    finally:
+        client.close()
+    assert lost.value.status == 200
+
+
+@pytest.mark.parametrize("answer", [b"garbage\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b""],
+                         ids=["not-http", "bad-status", "closed"])
+def test_an_answer_that_is_not_http_is_a_send_failure(raw_server, answer):
+    server = raw_server(answer)
+    client = Transport(lambda: trust_context({}))
+    try:
+        with pytest.raises(SendFailed) as failed:
+            client.request("GET", f"{server.url}/a", [], None, TIMEOUT, 1024)
+    finally:
+        client.close()
+    assert not isinstance(failed.value, BodyLost)
