@@ -23,7 +23,7 @@ import requests
 from slotworker.platform import Platform
 from slotworker.platform.framing import MAX_HEAD
 
-from support import wait_for
+from support import Meter, wait_for
 
 WAIT = 10.0  # generous deadline for anything that should happen "soon"
 
@@ -282,55 +282,6 @@ class _Sender(threading.Thread):
                 self.sent += len(self.block)
         except OSError:
             pass  # the server closed the connection: what the test waits for
-
-
-class Meter:
-    """Growth of this process's peak memory (the server's threads included) since it was made, in bytes.
-
-    CPython: :mod:`tracemalloc`, the peak of Python's allocations. PyPy has
-    no tracemalloc: there, the peak resident set (VmHWM), reset through
-    /proc/self/clear_refs; it cannot tell memory the process reuses from
-    memory it did not need, so it serves only as a ceiling.
-    """
-
-    def __init__(self) -> None:
-        self._tracemalloc: Any = None
-        try:
-            import tracemalloc
-            tracemalloc.start()
-        except ImportError:  # PyPy
-            try:
-                with open("/proc/self/clear_refs", "w") as handle:
-                    handle.write("5")  # peak resident set := current
-            except OSError:
-                pytest.skip("no way to measure peak memory here (no tracemalloc, no /proc/self/clear_refs)")
-            self._base = self._status("VmRSS")
-        else:
-            self._tracemalloc = tracemalloc
-            self._base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-
-    @property
-    def exact(self) -> bool:
-        """True when what is measured is allocations, not resident pages."""
-        return self._tracemalloc is not None
-
-    @staticmethod
-    def _status(field: str) -> int:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError(f"no {field} in /proc/self/status")
-
-    def growth(self) -> int:
-        if self._tracemalloc is not None:
-            return self._tracemalloc.get_traced_memory()[1] - self._base
-        return self._status("VmHWM") - self._base
-
-    def stop(self) -> None:
-        if self._tracemalloc is not None:
-            self._tracemalloc.stop()
 
 
 @pytest.fixture
