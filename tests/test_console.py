@@ -310,3 +310,92 @@ def test_docs_renders_the_operations_and_tries_one(driver: Any, served: Platform
     shot(driver, tmp_path, "docs")
     no_console_errors(driver)
     driver.get("about:blank")
+
+
+# ---------------------------------------------------------------- narrow windows
+#: Texts that must each stay on one line, whatever the width from 720 px up.
+ONE_LINE = ("#counters .counter", ".card-head h2", ".bar h1", ".bar nav a", "#workers thead th", "#jobs thead th")
+
+#: Run in the page: every way the layout breaks, as text (an empty list: none).
+LAYOUT_PROBLEMS = """
+    const lineHeight = (node) => {
+      const style = getComputedStyle(node);
+      const value = parseFloat(style.lineHeight);
+      return Number.isNaN(value) ? 1.2 * parseFloat(style.fontSize) : value;
+    };
+    // The box of the text itself, which spills out of a box too narrow for it.
+    const textBox = (node) => { const r = document.createRange(); r.selectNodeContents(node);
+                                return r.getBoundingClientRect(); };
+    const name = (node) => `${node.tagName.toLowerCase()} "${node.textContent.trim()}"`;
+    const problems = [];
+    for (const selector of arguments[0]) {
+      for (const node of document.querySelectorAll(selector)) {
+        if (!node.textContent.trim()) continue;
+        const text = textBox(node);
+        if (text.height > 1.5 * lineHeight(node)) problems.push(`${name(node)} wraps (${text.height} px high)`);
+      }
+    }
+    for (const table of ["workers", "jobs"]) {
+      const heads = Array.from(document.querySelectorAll(`#${table} thead th`)).filter((th) => th.textContent.trim());
+      heads.forEach((th, i) => {
+        const box = th.getBoundingClientRect();
+        const text = textBox(th);
+        if (text.left < box.left - 0.5 || text.right > box.right + 0.5) problems.push(`${name(th)} spills out of its cell`);
+        if (i && text.left < textBox(heads[i - 1]).right) problems.push(`${name(th)} overlaps ${name(heads[i - 1])}`);
+      });
+    }
+    if (document.documentElement.scrollWidth > window.innerWidth) {
+      problems.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`);
+    }
+    return problems;"""
+
+
+def set_width(driver: Any, width: int) -> None:
+    """Make the page `width` px wide (the module's driver is WIDTH wide otherwise)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+
+
+@pytest.mark.parametrize("width", [720, 1024, 1440])
+def test_the_page_reads_well_from_720_px_wide(page: Any, served: Platform, tmp_path: Path, width: int) -> None:
+    # A finished job with a long output and one worker: every column and counter has text.
+    job_id = served.submit({"prompt": "a long enough input " * 8})
+    assert served.wait_final([job_id], timeout=WAIT)
+    try:
+        set_width(page, width)
+        page.refresh()
+        row_status(page, job_id, "COMPLETED")
+        wait_js(page, "return document.querySelector('#workers tr[data-worker=w1]')")
+        counters = page.execute_script("return Array.from(document.querySelectorAll('#counters .counter'))"
+                                       ".map(n => n.textContent)")
+        assert [c.split()[0] for c in counters] == ["queue", "in", "completed", "failed", "cancelled",
+                                                    "requeued", "takes"], counters
+        shot(page, tmp_path, f"width-{width}")
+        assert page.execute_script(LAYOUT_PROBLEMS, list(ONE_LINE)) == []
+        no_console_errors(page)
+    finally:
+        set_width(page, WIDTH)
+
+
+def test_a_failed_submission_clears_the_previous_answer(page: Any, served: Platform, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    answer = submit(page, '{"first": 1}', route="runsync")
+    assert answer["status"] == "COMPLETED"
+    box = page.find_element(By.ID, "input")
+    box.clear()
+    box.send_keys('{"not json": ')
+    page.find_element(By.ID, "submit").click()
+    shown = wait_js(page, """
+        const m = document.getElementById('form-message');
+        const a = document.getElementById('answer');
+        return m.dataset.kind === 'error' && {message: m.textContent, hidden: a.hidden, answer: a.textContent};""")
+    assert shown["message"].startswith("The input is not JSON"), shown
+    # The first job's answer is gone: what is on screen is the error alone.
+    assert shown["hidden"] and shown["answer"] == "", shown
+    assert page.execute_script("return document.getElementById('input').getAttribute('aria-invalid')") == "true"
+    shot(page, tmp_path, "bad-input")
+    # A good input afterwards shows its answer again, and the mark goes.
+    assert submit(page, '{"second": 2}', route="runsync")["output"] == {"echo": {"second": 2}}
+    assert page.execute_script("return document.getElementById('input').getAttribute('aria-invalid')") is None
+    no_console_errors(page)

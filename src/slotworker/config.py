@@ -148,23 +148,30 @@ class ConfigError(ValueError):
 
 
 # -- flags ---------------------------------------------------------------------
-def build_flag_parser() -> argparse.ArgumentParser:
-    """The parser for runpod 1.12.0's flags (plus ``--test_output``)."""
-    parser = argparse.ArgumentParser(prog="slotworker", description="slotworker worker arguments",
-                                     add_help=False, allow_abbrev=False)
+def add_flag_arguments(parser: "argparse.ArgumentParser | argparse._ArgumentGroup") -> None:
+    """Add runpod 1.12.0's flags (plus ``--test_output``) to ``parser`` or to
+    one of its argument groups (``slotworker run --help`` lists them so)."""
     parser.add_argument("--rp_log_level", type=str, default=None,
                         help="ERROR, WARN, INFO, DEBUG or TRACE")
     parser.add_argument("--rp_debugger", action="store_true", default=None,
                         help="add timings to each job's output")
     parser.add_argument("--rp_serve_api", action="store_true", default=None,
                         help="serve the local platform's API and run the worker against it")
-    parser.add_argument("--rp_api_port", type=int, default=8000, help="port of the local API")
+    parser.add_argument("--rp_api_port", type=int, default=8000, help="port of the local API (default 8000)")
     parser.add_argument("--rp_api_concurrency", type=int, default=1,
                         help="accepted for compatibility; the worker's concurrency_modifier decides")
-    parser.add_argument("--rp_api_host", type=str, default="localhost", help="host of the local API")
+    parser.add_argument("--rp_api_host", type=str, default="localhost",
+                        help="host of the local API (default localhost)")
     parser.add_argument("--test_input", type=str, default=None, help="one job as JSON, run locally")
     parser.add_argument("--test_output", type=str, default=None,
                         help="expected result as JSON; exit 1 when it differs")
+
+
+def build_flag_parser() -> argparse.ArgumentParser:
+    """The parser for runpod 1.12.0's flags (plus ``--test_output``)."""
+    parser = argparse.ArgumentParser(prog="slotworker", description="slotworker worker arguments",
+                                     add_help=False, allow_abbrev=False)
+    add_flag_arguments(parser)
     return parser
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 
 from ..worker import fitness
 from ..config import Options, Settings
@@ -22,8 +23,12 @@ def serve_api(options: Options, host: str = "localhost", port: int = 8000) -> in
     Fitness checks are for the deployed worker only (as in runpod): here they
     are skipped, so a check that needs the production machine (a GPU, a
     mounted model) does not stop local development.
+
+    An address that cannot be listened on (a port in use, usually) is one
+    line on stderr naming it and ``--rp_api_port``, and exit code 1, as for
+    the other errors ``start()`` finds before any thread starts.
     """
-    from ..platform import Platform  # imported here: only this mode needs the server
+    from ..platform import BindError, Platform  # imported here: only this mode needs the server
 
     if fitness.registered():
         log.info("local API: %d fitness check(s) skipped (they run on the deployed worker only)",
@@ -32,7 +37,12 @@ def serve_api(options: Options, host: str = "localhost", port: int = 8000) -> in
     fitness.skip_automatic_checks()  # the automatic ones judge the deployed machine only
 
     platform = Platform(host=host, port=port, endpoint="local", long_poll=1.0)
-    platform.start()
+    try:
+        platform.start()
+    except BindError as exc:
+        print(f"slotworker --rp_serve_api: {exc.hint('--rp_api_port', '--rp_api_host')}",
+              file=sys.stderr, flush=True)
+        return 1
     try:
         url = platform.url
         log.info("local API at %s: the console at %s/, the API reference at %s/docs; "

@@ -29,8 +29,8 @@ Choices where the protocol leaves room:
 
 from __future__ import annotations
 
-from .core import Platform
+from .core import BindError, Platform
 from .faults import WORKER_KINDS, Faults
 from .state import RequestRecord, JobRecord
 
-__all__ = ["Platform", "Faults", "RequestRecord", "JobRecord", "WORKER_KINDS"]
+__all__ = ["Platform", "BindError", "Faults", "RequestRecord", "JobRecord", "WORKER_KINDS"]

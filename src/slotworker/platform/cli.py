@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import List, Optional
 
-from .core import Platform
+from .core import BindError, Platform
 from .faults import Faults
 
 
@@ -43,8 +43,10 @@ def build_parser(prog: str = "python -m slotworker.platform") -> argparse.Argume
 def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     """Serve until SIGINT or SIGTERM; print the worker environment first.
 
-    `prog` names the command in usage messages (`slotworker platform`)."""
-    args = (build_parser(prog) if prog else build_parser()).parse_args(argv)
+    `prog` names the command in usage messages (`slotworker platform`).
+    Returns 1, after one line on stderr, when the address cannot be listened on."""
+    parser = build_parser(prog) if prog else build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faults = Faults(
@@ -77,7 +79,13 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        platform.start()
+        try:
+            platform.start()
+        except BindError as exc:
+            # A port in use is the usual reason: one line naming it and the
+            # flag to change, not the traceback of socketserver's bind.
+            print(f"{parser.prog}: {exc.hint('--port', '--host')}", file=sys.stderr, flush=True)
+            return 1
         print(f"# slotworker platform serving on {platform.url}", flush=True)
         for key, value in platform.worker_env(args.worker_id).items():
             print(f"export {key}={shlex.quote(value)}", flush=True)

@@ -4,6 +4,7 @@ job-timeout reaper thread and the webhook sender."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import threading
@@ -18,6 +19,41 @@ from .server import PlatformHTTPServer
 from .state import FINAL_STATES, RequestRecord, JobRecord, JobStore
 
 log = logging.getLogger("slotworker.platform")
+
+
+class BindError(OSError):
+    """The platform could not listen on its address: the port is taken, needs
+    privileges or is out of range, or the host is not an address of this machine.
+
+    An :class:`OSError` (what ``bind`` raised is its ``__cause__``) that keeps
+    the address it tried, so that a command can say which of its flags to change.
+    """
+
+    def __init__(self, host: str, port: int, cause: Exception) -> None:
+        self.host = host
+        self.port = port
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        code = getattr(cause, "errno", None)
+        # strerror is the bare reason; str() of an OSError prefixes "[Errno N]".
+        reason = "address already in use" if code == errno.EADDRINUSE else (
+            getattr(cause, "strerror", None) or str(cause)).lower().rstrip(".")
+        self.message = f"cannot listen on {self.address}: {reason}"
+        super().__init__(code, reason)
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def in_use(self) -> bool:
+        """True when another process holds the port."""
+        return self.errno == errno.EADDRINUSE
+
+    def hint(self, port_flag: str, host_flag: str) -> str:
+        """This error and what to change, one line, naming the command's own flags."""
+        if self.in_use:
+            return f"{self}; pick another port with {port_flag} N (0: any free port)"
+        return f"{self}; change {host_flag} or {port_flag}"
+
 
 WEBHOOK_ATTEMPTS = 3
 #: Waits between webhook attempts: the first, and the cap it doubles up to.
@@ -67,13 +103,19 @@ class Platform:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "Platform":
-        """Bind and serve in background daemon threads. Idempotent."""
+        """Bind and serve in background daemon threads. Idempotent.
+
+        Raises :class:`BindError` when the address cannot be listened on.
+        """
         with self._lifecycle:
             if self._closed:
                 raise RuntimeError("Platform is closed")
             if self._started:
                 return self
-            self._server = PlatformHTTPServer((self.host, self.port), self)
+            try:
+                self._server = PlatformHTTPServer((self.host, self.port), self)
+            except (OSError, OverflowError) as exc:  # OverflowError: a port past 65535
+                raise BindError(self.host, self.port, exc) from exc
             self.port = self._server.server_address[1]
             serve = threading.Thread(
                 target=self._server.serve_forever,

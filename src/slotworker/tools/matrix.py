@@ -147,11 +147,18 @@ def heat_map(samples: List[Dict[str, Any]], path: str) -> bool:
     return True
 
 
+def bench_parser() -> argparse.ArgumentParser:
+    """``slotworker bench``'s parser: the burst's options, then the matrix's in
+    their own group, so that ``slotworker bench --help`` lists both."""
+    parser = build_parser()
+    add_arguments(parser)
+    return parser
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """``slotworker bench --matrix [arms] [options]``; 1 when any job was lost or duplicated."""
-    parser = build_parser()
+    parser = bench_parser()
     parser.prog = "slotworker bench --matrix"
-    add_arguments(parser)
     parser.set_defaults(arms=["drain", "pipeline"], reps=1)
     args = parser.parse_args(argv)
     samples, path = run_matrix(args)

@@ -29,6 +29,7 @@
     chart: null,        // the last chart's time-to-x mapping and takes, for pointing at a take
     hover: null,        // the description of the take pointed at, if any
     takesSummary: "",
+    countersKey: "",    // the counters last drawn
   };
 
   // ---------------------------------------------------------------- storage
@@ -93,23 +94,34 @@
     return {ok: response.ok, status: response.status, text};
   }
 
+  /** Take the last answer off the screen: what shows is about this submission only. */
+  function clearAnswer() {
+    const answer = $("answer");
+    answer.hidden = true;
+    setText(answer, "");
+  }
+
   async function onSubmit(event) {
     event.preventDefault();
-    const text = $("input").value;
+    const box = $("input");
+    const text = box.value;
     let input;
     try {
       input = JSON.parse(text);
     } catch (e) {
+      clearAnswer(); // the previous job's answer would read as this input's
+      box.setAttribute("aria-invalid", "true");
       message("The input is not JSON: " + e.message, "error");
       return;
     }
+    box.removeAttribute("aria-invalid");
     const route = chosenRoute();
     const copies = Math.max(1, Math.min(500, parseInt($("copies").value, 10) || 1));
     rememberInput(text);
     save({route, copies});
     $("submit").disabled = true;
     const answer = $("answer");
-    answer.hidden = true;
+    clearAnswer();
     message(route === "runsync" ? "Waiting for the result…" : "Submitting…", "busy");
     let started = 0;
     let finished = 0;
@@ -322,16 +334,28 @@
     return state.colors.get(worker);
   }
 
+  /** One item per counter, so that a narrow window wraps between counters, never inside one. */
+  function renderCounters(data) {
+    const c = data.counts;
+    const counters = [["queue", data.queue.jobs], ["in progress", c.in_progress], ["completed", c.completed],
+                      ["failed", c.failed], ["cancelled", c.cancelled], ["requeued", c.requeued],
+                      ["takes", c.takes]];
+    const node = $("counters");
+    const key = JSON.stringify(counters);
+    if (state.countersKey !== key) { // rebuilt only when a number changed
+      state.countersKey = key;
+      node.replaceChildren(...counters.map(([label, value]) =>
+        el("span", {className: "counter", dataset: {name: label}}, label + " ", el("strong", {}, String(value)))));
+    }
+    node.dataset.queue = data.queue.jobs;
+  }
+
   function renderWorkers(data) {
     const info = data.platform;
     setText($("platform-info"),
             `endpoint ${info.endpoint} · take cost ${info.takeCost} s · long poll ${info.longPoll} s` +
             (info.jobTimeout ? ` · job timeout ${info.jobTimeout} s` : ""));
-    const c = data.counts;
-    setText($("counters"),
-            `queue ${data.queue.jobs} · in progress ${c.in_progress} · completed ${c.completed} · ` +
-            `failed ${c.failed} · cancelled ${c.cancelled} · requeued ${c.requeued} · takes ${c.takes}`);
-    $("counters").dataset.queue = data.queue.jobs;
+    renderCounters(data);
     const body = $("workers").tBodies[0];
     const rows = data.workers.map((w) => {
       const slots = w.slotsEstimate;
