@@ -4,12 +4,16 @@ One rep of the benchmark's burst (:class:`slotworker.tools.bench.Run`): the loca
 platform in this process, ``python -m slotworker.demo_handler`` as the worker
 (the production path: HTTP, slots, threads, signals), the burst submitted at
 once, every result waited for, then SIGTERM to the worker and a report of
-what happened.
+what happened. The report names the burst's floor (the best a worker can do
+with one take in flight, :func:`slotworker.tools.matrix.floor_seconds`) and,
+for the default burst, the time runpod 1.12.0 took on it as measured in
+docs/benchmarks.md (a recorded figure, not a live run).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -17,6 +21,15 @@ from typing import List, Optional
 
 from ..config import DEFAULT_TAKE_POLICY
 from .bench import Run, in_progress_curve, resolve_arm
+from .matrix import floor_seconds
+
+#: The demo's default burst: (jobs, slots, job seconds, take cost). It is the
+#: 32-slot, 0.4 s cell of ``slotworker bench --matrix`` (8 waves).
+DEFAULT_BURST = (256, 32, 0.4, 0.5)
+#: Time to 99 % done of runpod 1.12.0 (async handler) on that burst, in
+#: seconds, as measured in docs/benchmarks.md ("The current grid": the cell
+#: 32 slots x 0.4 s, its t99 / floor times the 4.40 s floor). Not a live run.
+RUNPOD_T99_SECONDS = 11.5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +64,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"  completed                {jobs - lost}")
     print(f"  lost                     {lost}")
     print(f"  duplicate results        {sample['duplicates']}")
-    print(f"  time to 99% done         {sample['t99']:.2f} s   (all done in {sample['wall']:.2f} s)")
+    waves = math.ceil(args.jobs / args.slots)
+    floor = floor_seconds(args.seconds, args.take_cost, waves)
+    print(f"  time to 99% done         {sample['t99']:.2f} s   (all done in {sample['wall']:.2f} s; "
+          f"{sample['t99'] / floor:.2f} x the floor)")
+    print(f"  floor                    {floor:.2f} s   (the best with one take in flight: {waves} waves of "
+          f"{args.seconds:g} s jobs, {args.take_cost:g} s a take)")
+    if (args.jobs, args.slots, args.seconds, args.take_cost) == DEFAULT_BURST:
+        print(f"  runpod 1.12.0            took {RUNPOD_T99_SECONDS:.1f} s on this burst in docs/benchmarks.md "
+              f"({RUNPOD_T99_SECONDS / floor:.2f} x the floor)")
     if sample["delays"]:
         print(f"  median queue delay       {statistics.median(sample['delays']):.2f} s")
     print(f"  takes that brought jobs  {len(gaps) + 1}")
