@@ -1,8 +1,8 @@
 """The wire check: slotworker's requests against the capture of runpod 1.12.0's.
 
 ``tests/data/runpod-1.12.0.jsonl`` is every request the real runpod worker made
-while running ``handlers_plain.py`` / ``handlers_gen.py`` (see
-``/work/shared/wire/README.md``). ``tests/data/handlers_*.py`` are the same
+while running ``handlers_plain.py`` / ``handlers_gen.py`` against a platform
+stand-in that recorded each request. ``tests/data/handlers_*.py`` are the same
 handlers with the one-line change ``import slotworker as runpod``; here they run
 as real worker processes against the local platform, with the capture's
 environment shape (worker id ``w1``, endpoint ``ep``, a ``?gpu=SIM`` query), and
