@@ -170,3 +170,14 @@ def test_a_job_handed_out_twice_while_it_runs_is_reported_once(platform, records
     assert len([e for e in platform.events if e.kind == "done" and job_id in e.job_ids]) == 1
     assert platform.counts()["duplicates"] == 0
     assert "already running" in records.text()
+
+
+def test_job_inputs_up_to_runpods_request_limit_pass_the_take_cap(platform):
+    # runpod documents 20 MB for a /runsync input: a batch with two such jobs
+    # is read whole, not refused by the take's cap.
+    big = "x" * (20 * 1000 * 1000)
+    ids = [platform.submit({"blob": big}) for _ in range(2)]
+    with WorkerThread(platform, lambda job: {"size": len(job["input"]["blob"])}, concurrency=2):
+        assert platform.wait_final(ids, timeout=60)
+    for job_id in ids:
+        assert platform.status(job_id)["output"] == {"size": len(big)}
