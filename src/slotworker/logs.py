@@ -3,9 +3,11 @@
 One logger, ``slotworker``. Job events carry the job id (``extra={"job_id":
 ...}``). Deployed workers (``RUNPOD_ENDPOINT_ID`` set) write JSON lines, the
 shape the platform's log collector reads; local runs write readable text.
-The API key is masked in every record, whatever logged it. Lines go to stdout
-through :class:`~.log_stream.CombiningStreamHandler`, so job threads logging at
-once do not queue on one lock.
+The API key is masked in every record, whatever logged it, before the line
+leaves the thread that logged it. Lines go to stdout through
+:class:`~.log_stream.QueueingStreamHandler` (the standard library's
+``QueueHandler`` and ``QueueListener``): job threads queue their lines and one
+listener thread writes them, so threads logging at once do not queue on a lock.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from .log_stream import CombiningStreamHandler
+from .log_stream import QueueingStreamHandler
 
 LOGGER_NAME = "slotworker"
 TRACE = 5
@@ -108,7 +110,11 @@ class JsonFormatter(logging.Formatter):
         }, ensure_ascii=False)
 
 
-_handler: Optional[logging.Handler] = None
+_handler: Optional[QueueingStreamHandler] = None
+# configure() replaces _handler and starts a thread; job threads logging their
+# first lines at once must not each install a handler (each line then written
+# once per handler).
+_configure_lock = threading.RLock()
 
 
 def configure(level: Any = "INFO", json_lines: bool = False, secrets: "Optional[list[str]]" = None) -> None:
@@ -116,18 +122,40 @@ def configure(level: Any = "INFO", json_lines: bool = False, secrets: "Optional[
 
     Called by the worker at start-up; a host application that configured
     logging itself can skip it and attach its own handlers to ``slotworker``.
+    Starts the handler's listener thread; a handler installed before is
+    closed first (its queued lines written, its listener stopped), so lines
+    stay in order and configuring again leaves no thread behind.
     """
     global _handler
     logging.addLevelName(TRACE, "TRACE")
-    if _handler is not None:
-        log.removeHandler(_handler)
-    handler = CombiningStreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
-    handler.addFilter(RedactFilter(list(secrets or [])))
-    log.addHandler(handler)
-    log.setLevel(parse_level(level))
-    log.propagate = False
-    _handler = handler
+    new_level = parse_level(level)
+    with _configure_lock:
+        if _handler is not None:
+            log.removeHandler(_handler)
+            _handler.close()
+        handler = QueueingStreamHandler(sys.stdout)
+        handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+        # A filter of the handler runs in the thread that logs, before the record
+        # is formatted and queued: the key never reaches the queue or the stream.
+        handler.addFilter(RedactFilter(list(secrets or [])))
+        handler.start()
+        log.addHandler(handler)
+        log.setLevel(new_level)
+        log.propagate = False
+        _handler = handler
+
+
+def flush() -> None:
+    """Return once every line logged so far is on stdout.
+
+    The worker's handler writes lines from a listener thread, a few
+    milliseconds after they are logged (WARNING and worse before the call
+    returns). Call this before printing to stdout, so that the print comes
+    after the lines logged before it.
+    """
+    handler = _handler
+    if handler is not None:
+        handler.flush()
 
 
 def set_level(level: Any) -> None:
@@ -146,14 +174,17 @@ def _configure_if_unset() -> None:
     handler module logging while it loads its model). Left alone when the
     worker or a host application configured logging already.
     """
-    if _handler is None and not log.handlers and not logging.getLogger().handlers:
-        level = os.environ.get("RUNPOD_LOG_LEVEL") or os.environ.get("RUNPOD_DEBUG_LEVEL") or "INFO"
-        try:
-            parse_level(level)
-        except ValueError:
-            level = "INFO"
-        configure(level, json_lines=bool(os.environ.get("RUNPOD_ENDPOINT_ID")),
-                  secrets=[os.environ.get("RUNPOD_AI_API_KEY", "")])
+    if _handler is not None or log.handlers or logging.getLogger().handlers:
+        return  # (the common case, without the lock)
+    with _configure_lock:  # job threads logging their first lines at once: one configures
+        if _handler is None and not log.handlers and not logging.getLogger().handlers:
+            level = os.environ.get("RUNPOD_LOG_LEVEL") or os.environ.get("RUNPOD_DEBUG_LEVEL") or "INFO"
+            try:
+                parse_level(level)
+            except ValueError:
+                level = "INFO"
+            configure(level, json_lines=bool(os.environ.get("RUNPOD_ENDPOINT_ID")),
+                      secrets=[os.environ.get("RUNPOD_AI_API_KEY", "")])
 
 
 class RunPodLogger:
