@@ -211,3 +211,40 @@ def test_handler_timers_join_the_debugger_output(tmp_path: Any) -> None:
     for output in outputs:
         names = [entry["name"] for entry in output["rp_debugger"]["timestamps"]]
         assert names[0] == "run_job" and set(names[1:]) == {"infer", "tokenize"}, names
+
+
+CHILDREN = """
+    import multiprocessing
+    import subprocess
+    import sys
+
+    import runpod
+
+    def square(x):
+        return x * x
+
+    def handler(job):
+        spawned = multiprocessing.get_context("spawn")
+        with spawned.Pool(2) as pool:
+            squares = pool.map(square, [1, 2, 3])
+        child = subprocess.run([sys.executable, "-c", "import runpod; print(runpod.__name__, runpod.serverless.start)"],
+                               capture_output=True, text=True, timeout=60)
+        return {"squares": squares, "child": child.stdout.strip(), "child_error": child.stderr[-500:]}
+
+    if __name__ == "__main__":
+        runpod.serverless.start({"handler": handler})
+"""
+
+
+def test_python_children_of_the_handler_import_runpod_as_slotworker(tmp_path: Any) -> None:
+    # A spawn pool re-imports the script in each child (its `import runpod`
+    # included), and a `python -c "import runpod"` child is a new interpreter:
+    # neither has the parent's import finder. A real runpod on the path
+    # must lose there too.
+    write_script(str(tmp_path), "handler.py", CHILDREN)
+    proc = slotworker_run("handler.py", '--test_input={"input": {}}', cwd=tmp_path,
+                          env={"PYTHONPATH": fake_real_runpod(tmp_path)}, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = printed_result(proc.stdout)["output"]
+    assert result["squares"] == [1, 4, 9], result
+    assert result["child"].startswith("slotworker <function start"), result

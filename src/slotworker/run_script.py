@@ -112,6 +112,25 @@ def _check_script(path: str) -> Optional[str]:
     return None
 
 
+#: The folder whose ``runpod`` package stands slotworker in for runpod in child processes.
+CHILD_IMPORTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_imports")
+
+
+def _children_import_runpod(environ: "os._Environ[str]") -> None:
+    """Put :data:`CHILD_IMPORTS` first where the script's Python children look for modules.
+
+    On the ``PYTHONPATH`` they inherit (``subprocess`` with
+    ``sys.executable``), and on this process's :data:`sys.path`, which
+    spawn and forkserver children take over from it. Each then resolves
+    ``import runpod`` to slotworker as this process does (here the import
+    finder answers first), ahead of a runpod installed in the environment.
+    """
+    paths = [path for path in environ.get("PYTHONPATH", "").split(os.pathsep) if path and path != CHILD_IMPORTS]
+    environ["PYTHONPATH"] = os.pathsep.join([CHILD_IMPORTS, *paths])
+    if CHILD_IMPORTS not in sys.path:
+        sys.path.insert(0, CHILD_IMPORTS)
+
+
 def main(argv: List[str]) -> int:
     """Run the script (or module) in ``argv``; returns 2 on a usage error.
 
@@ -131,6 +150,7 @@ def main(argv: List[str]) -> int:
     # Before the module is looked up: finding `pkg.handler` imports `pkg`,
     # whose own `import runpod` must already resolve to slotworker.
     runpod_alias.install()
+    _children_import_runpod(os.environ)
     if as_module:
         sys.path.insert(0, os.getcwd())  # as `python -m` has it
     problem = _check_module(target) if as_module else _check_script(target)
