@@ -126,6 +126,20 @@ def test_a_runpod_module_not_provided_names_itself_and_the_worker_side(tmp_path:
     assert "worker side only" in proc.stderr
 
 
+def test_a_runpod_worker_module_imported_from_its_package_names_itself(tmp_path: Any) -> None:
+    # `from package import module` turns a missing module into a bare
+    # "cannot import name"; the package says what is missing instead.
+    write_script(str(tmp_path), "handler.py", "from runpod.serverless.modules import rp_progress\n")
+    proc = slotworker_run("handler.py", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "runpod.serverless.modules.rp_progress is not provided" in proc.stderr
+    assert "worker side only" in proc.stderr
+    write_script(str(tmp_path), "provided.py", "from runpod.serverless.modules import rp_logger, rp_http\n"
+                                               "print(rp_logger.RunPodLogger.__name__)\n")
+    proc = slotworker_run("provided.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "RunPodLogger" in proc.stdout, proc.stderr
+
+
 def test_a_runpod_client_name_not_provided_names_itself(tmp_path: Any) -> None:
     write_script(str(tmp_path), "handler.py", "import runpod\nrunpod.get_pods()\n")
     proc = slotworker_run("handler.py", cwd=tmp_path)
