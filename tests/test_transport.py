@@ -486,15 +486,21 @@ def raw_server() -> Iterator[Any]:
             server.close()
 
 
-def test_a_chunked_answer_and_one_read_to_the_close_are_read_whole(raw_server):
+@pytest.fixture
+def client() -> Iterator[Transport]:
+    """A transport trusting nothing from the environment, closed after the test."""
+    transport = Transport(lambda: trust_context({}))
+    try:
+        yield transport
+    finally:
+        transport.close()
+
+
+def test_a_chunked_answer_and_one_read_to_the_close_are_read_whole(raw_server, client):
     chunked = raw_server(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n")
     to_close = raw_server(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
-    client = Transport(lambda: trust_context({}))
-    try:
-        assert client.request("GET", f"{chunked.url}/a", [], None, TIMEOUT, 1024).body == b"abcde"
-        answer = client.request("GET", f"{to_close.url}/a", [], None, TIMEOUT, 1024)
-    finally:
-        client.close()
+    assert client.request("GET", f"{chunked.url}/a", [], None, TIMEOUT, 1024).body == b"abcde"
+    answer = client.request("GET", f"{to_close.url}/a", [], None, TIMEOUT, 1024)
     assert (answer.status, answer.body, answer.header(b"content-type")) == (200, b"until the end", "text/plain")
 
 
@@ -502,25 +508,17 @@ def test_a_chunked_answer_and_one_read_to_the_close_are_read_whole(raw_server):
     b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
 ], ids=["cut-short", "bad-chunk-size"])
-def test_a_body_that_cannot_be_read_whole_is_lost_with_its_status(raw_server, answer):
+def test_a_body_that_cannot_be_read_whole_is_lost_with_its_status(raw_server, client, answer):
     server = raw_server(answer)
-    client = Transport(lambda: trust_context({}))
-    try:
-        with pytest.raises(BodyLost) as lost:
-            client.request("GET", f"{server.url}/a", [], None, TIMEOUT, 1024)
-    finally:
-        client.close()
+    with pytest.raises(BodyLost) as lost:
+        client.request("GET", f"{server.url}/a", [], None, TIMEOUT, 1024)
     assert lost.value.status == 200
 
 
 @pytest.mark.parametrize("answer", [b"garbage\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b""],
                          ids=["not-http", "bad-status", "closed"])
-def test_an_answer_that_is_not_http_is_a_send_failure(raw_server, answer):
+def test_an_answer_that_is_not_http_is_a_send_failure(raw_server, client, answer):
     server = raw_server(answer)
-    client = Transport(lambda: trust_context({}))
-    try:
-        with pytest.raises(SendFailed) as failed:
-            client.request("GET", f"{server.url}/a", [], None, TIMEOUT, 1024)
-    finally:
-        client.close()
+    with pytest.raises(SendFailed) as failed:
+        client.request("GET", f"{server.url}/a", [], None, TIMEOUT, 1024)
     assert not isinstance(failed.value, BodyLost)

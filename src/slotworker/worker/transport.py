@@ -222,11 +222,8 @@ class _Decoder:
                     self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
                     continue
                 raise BodyLost(f"the answer's body does not decode: {exc}") from exc
-            self._keep(out)
-            if self._zlib.unconsumed_tail:  # (output stopped at the cap)
-                data = self._zlib.unconsumed_tail
-                self._keep(b"x")  # over the cap: raises
-            elif self._zlib.eof and self._zlib.unused_data:  # another gzip member
+            self._keep(out)  # (output is at most one byte over the cap: that raises)
+            if self._zlib.eof and self._zlib.unused_data:  # another gzip member
                 data = self._zlib.unused_data
                 self._zlib = zlib.decompressobj(zlib.MAX_WBITS | 32)
             else:
@@ -255,10 +252,7 @@ class Answer:
 
     def header(self, name: bytes) -> str:
         """The first value of header ``name`` (lower-case), or ``""``."""
-        for key, value in self.headers:
-            if key == name:
-                return value.decode("latin-1")
-        return ""
+        return _first(self.headers, name).decode("latin-1")
 
 
 class Transport:
@@ -385,7 +379,7 @@ class Transport:
                 raise h11.RemoteProtocolError(f"the connection ended before an answer ({type(response).__name__})")
         except (OSError, h11.ProtocolError) as exc:
             if is_verification_failure(exc):
-                self._tell_untrusted(origin, exc)
+                self._tell_untrusted(origin, conn.host, exc)
                 raise Untrusted(f"the certificate of {origin} did not verify (see the ERROR logged before)") from exc
             raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
         at, answered = self._answer_at, time.monotonic()
@@ -433,23 +427,16 @@ class Transport:
         self._open[id(conn)] = weakref.ref(conn)
         return conn
 
-    def _tell_untrusted(self, origin: str, exc: BaseException) -> None:
+    def _tell_untrusted(self, origin: str, host: str, exc: BaseException) -> None:
         with self._lock:
             first, self._told_untrusted = not self._told_untrusted, True
         if not first:
             return
         if "mismatch" in str(exc).lower():  # OpenSSL's "Hostname mismatch" / "IP address mismatch"
             log.error("TLS: the certificate of %s does not name %s (%s); certificates and host names are always "
-                      "checked: use a URL with a name the certificate carries", origin, _host_of(origin), exc)
+                      "checked: use a URL with a name the certificate carries", origin, host, exc)
         else:
             log.error("TLS: the certificate of %s did not verify (%s); %s", origin, exc, HOW_TO_TRUST)
-
-
-def _host_of(origin: str) -> str:
-    try:
-        return host_port(origin.partition("://")[2], 0)[0]
-    except Refused:
-        return origin
 
 
 def _first(headers: Sequence[Header], name: bytes) -> bytes:
